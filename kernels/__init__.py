@@ -1,0 +1,1 @@
+"""Triton kernels for batched Householder QR, each with a plain-torch reference beside it."""

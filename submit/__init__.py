@@ -1,0 +1,1 @@
+"""The qrsub command line and the leaderboard client."""

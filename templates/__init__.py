@@ -1,0 +1,1 @@
+"""Jinja templates for the generated submission."""

@@ -1,0 +1,1 @@
+"""Variant knob files (YAML); this package only locates them."""
