@@ -1,1 +1,20 @@
-"""Triton kernels for batched Householder QR, each with a plain-torch reference beside it."""
+"""Triton kernels for batched Householder QR in geqrf's compact form.
+
+One module per stage, each with its plain-torch reference in `naive.py`:
+
+- `precision`  split-precision tensor-core products (fp32, tf32, tf32x3, fp16x3, fp16x2lo, fp16)
+- `panel`      one program per matrix factors an L x b panel in registers, building T as it goes
+- `coop`       the cooperative panel: NC programs per matrix share a tall panel's rows
+- `strip`      the fused trailing update C <- C - V (T^T (V^T C))
+- `wy`         the WY merge of inner T factors into a two-level block's T
+- `blocked`    drivers: single-level, two-level and cooperative two-level blocked QR
+- `graphs`     CUDA-graph capture per input shape, and the concurrent-groups graph
+- `routing`    a plan (driver + knobs) per (n, batch), and the public entry `qr_routed`
+
+The generated submission inlines these modules in MODULE_ORDER with their
+intra-package imports removed, so every top-level name must be unique across
+modules and a module may only use names defined by modules before it.
+"""
+
+# Dependency order: the templater inlines the modules in exactly this order.
+MODULE_ORDER = ("precision", "panel", "coop", "strip", "wy", "blocked", "graphs", "routing")
