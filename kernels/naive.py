@@ -1,0 +1,82 @@
+"""Plain-torch references for every kernel stage, written for clarity, not speed.
+
+Each function computes what its Triton twin computes, in float64 by default,
+so tests can compare the two on small shapes.
+"""
+import torch
+
+
+def householder_vector(x: torch.Tensor):
+    """dlarfg on a column x (alpha = x[0]): returns (v, tau, beta) with v[0] = 1.
+
+    A column whose tail is exactly zero gives tau = 0 and beta = alpha.
+    """
+    alpha, tail = x[0], x[1:]
+    sigma = torch.dot(tail, tail)
+    v = torch.zeros_like(x)
+    v[0] = 1
+    if sigma == 0:
+        return v, x.new_zeros(()), alpha
+    norm = torch.sqrt(alpha * alpha + sigma)
+    beta = -norm if alpha >= 0 else norm
+    v[1:] = tail / (alpha - beta)
+    return v, (beta - alpha) / beta, beta
+
+
+def larft(V: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """T of the compact-WY form H_1...H_b = I - V T V^T (dlarft: forward, columnwise)."""
+    b = tau.shape[0]
+    T = V.new_zeros(b, b)
+    for k in range(b):
+        T[:k, k] = -tau[k] * (T[:k, :k] @ (V[:, :k].T @ V[:, k]))
+        T[k, k] = tau[k]
+    return T
+
+
+def panel_ref(panel: torch.Tensor):
+    """Factor one L x b panel: returns (factored panel, tau, T, V) as the panel kernel does."""
+    P = panel.clone()
+    L, b = P.shape
+    V = P.new_zeros(L, b)
+    tau = P.new_zeros(b)
+    for k in range(min(b, L)):
+        v, tau[k], beta = householder_vector(P[k:, k])
+        V[k:, k] = v
+        P[k:, k + 1:] -= tau[k] * torch.outer(v, v @ P[k:, k + 1:])
+        P[k, k] = beta
+        P[k + 1:, k] = v[1:]
+    return P, tau, larft(V, tau), V
+
+
+def strip_ref(C: torch.Tensor, V: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
+    """The trailing update C - V (T^T (V^T C)), i.e. Q^T C for Q = I - V T V^T."""
+    return C - V @ (T.T @ (V.T @ C))
+
+
+def wy_merge_ref(V: torch.Tensor, inner_T: list) -> torch.Tensor:
+    """The T of a block whose reflectors are V's columns, from its inner blocks' T_i.
+
+    T = [[T1, -T1 (V1^T V2) T2], [0, T2]], applied block by block.
+    """
+    T = inner_T[0]
+    done = T.shape[0]
+    for Ti in inner_T[1:]:
+        w = Ti.shape[0]
+        cross = -T @ (V[:, :done].T @ V[:, done:done + w]) @ Ti
+        T = torch.cat([torch.cat([T, cross], 1), torch.cat([cross.new_zeros(w, done), Ti], 1)], 0)
+        done += w
+    return T
+
+
+def qr_ref(A: torch.Tensor, b: int = 8):
+    """Blocked Householder QR of a batch in geqrf's compact form: (H, tau), in A's dtype."""
+    H = A.clone()
+    batch, n, _ = A.shape
+    tau = A.new_zeros(batch, n)
+    for i in range(batch):
+        for j in range(0, n, b):
+            bw = min(b, n - j)
+            P, tau[i, j:j + bw], T, V = panel_ref(H[i, j:, j:j + bw])
+            H[i, j:, j:j + bw] = P
+            H[i, j:, j + bw:] = strip_ref(H[i, j:, j + bw:], V, T)
+    return H, tau

@@ -1,0 +1,113 @@
+"""The Householder panel: one program per matrix factors an L x bw panel in registers.
+
+For each column k of the panel it forms the reflector with LAPACK's dlarfg
+convention (beta = -sign(alpha) * ||x||, tau = (beta - alpha) / beta,
+v = x / (alpha - beta) below the unit diagonal; a column whose tail is exactly
+zero gets tau = 0 and is left as it is), applies it to the panel's later
+columns, and builds the compact-WY factor T (dlarft, forward, columnwise) in the
+same loop: w = v_k^T panel already holds v_j . v_k in its first k entries,
+because the panel's columns j < k store v_j below their diagonal.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def householder_panel_kernel(
+    src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr,
+    n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
+    BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
+):
+    """Grid: (batch,). Program i owns the whole panel of matrix i.
+
+    The panel is rows [0, L) x columns [0, bw) of the n x n matrix starting at
+    element `panel_off` (= j*n + j); it is read from `src_ptr`, factored, and
+    written to `dst_ptr` (the same tensor, or the output when the panel reads
+    the input). tau goes to tau_ptr[i*n + tau_off + k]. T (BB x BB, zero
+    outside bw x bw) goes to t_ptr + i*t_bs with row stride t_ld; V (unit diagonal, zeros above,
+    fp32 or fp16 per v_ptr's type) to rows v_row_off.. and columns
+    v_col_off.. of the batch x n x v_ld buffer v_ptr.
+
+    Invariants: BL >= L and BB >= bw are powers of two; BB >= 16 when T feeds
+    tl.dot; the panel fits in registers (BL * BB / (32 * num_warps) values a thread).
+    """
+    pid = tl.program_id(0).to(tl.int64)
+    rows = tl.arange(0, BL)
+    cols = tl.arange(0, BB)
+    in_panel = (rows[:, None] < L) & (cols[None, :] < bw)
+    offs = panel_off + rows[:, None] * n + cols[None, :]
+    P = tl.load(src_ptr + pid * n * n + offs, mask=in_panel, other=0.0)
+    T = tl.zeros((BB, BB), dtype=tl.float32)
+    taus = tl.zeros((BB,), dtype=tl.float32)
+    for k in range(0, bw):
+        is_col = cols == k
+        x = tl.sum(tl.where(is_col[None, :], P, 0.0), axis=1)
+        alpha = tl.sum(tl.where(rows == k, x, 0.0), axis=0)
+        tail = tl.where(rows > k, x, 0.0)
+        sigma = tl.sum(tail * tail, axis=0)
+        reflects = sigma > 0.0
+        norm = tl.sqrt(alpha * alpha + sigma)
+        beta = tl.where(alpha >= 0.0, -norm, norm)
+        # Divide only where the reflector exists: beta and alpha - beta are zero otherwise.
+        beta_safe = tl.where(reflects, beta, 1.0)
+        tau_k = tl.where(reflects, (beta - alpha) / beta_safe, 0.0)
+        scale = tl.where(reflects, 1.0 / tl.where(reflects, alpha - beta, 1.0), 0.0)
+        v = tl.where(rows == k, 1.0, tail * scale)
+        w = tl.sum(v[:, None] * P, axis=0)
+        # Apply H_k = I - tau v v^T to the columns right of k only.
+        coef = tl.where(cols > k, tau_k * w, 0.0)
+        P = P - v[:, None] * coef[None, :]
+        diag = tl.where(reflects, beta, alpha)
+        new_col = tl.where(rows > k, v, tl.where(rows == k, diag, x))
+        P = tl.where(is_col[None, :], new_col[:, None], P)
+        # T[:k, k] = -tau_k T[:k, :k] (V[:, :k]^T v_k); T[k, k] = tau_k.
+        t_col = -tau_k * tl.sum(T * tl.where(cols < k, w, 0.0)[None, :], axis=1)
+        t_col = tl.where(cols == k, tau_k, tl.where(cols < k, t_col, 0.0))
+        T = tl.where(is_col[None, :], t_col[:, None], T)
+        taus = tl.where(is_col, tau_k, taus)
+    tl.store(dst_ptr + pid * n * n + offs, P, mask=in_panel)
+    tl.store(tau_ptr + pid * n + tau_off + cols, taus, mask=cols < bw)
+    if WRITE_T:
+        tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], T)
+    if WRITE_V:
+        below = rows[:, None] > cols[None, :]
+        V = tl.where(below, P, tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
+        V = tl.where(in_panel, V, 0.0)
+        v_offs = (v_row_off + rows[:, None]) * v_ld + v_col_off + cols[None, :]
+        tl.store(v_ptr + pid * n * v_ld + v_offs, V.to(v_ptr.dtype.element_ty), mask=rows[:, None] < L)
+
+
+def panel_block_sizes(L: int, bw: int) -> tuple[int, int]:
+    """(BL, BB): the padded panel height and width (powers of two; BB >= 16 for tl.dot)."""
+    return triton.next_power_of_2(max(L, 1)), max(16, triton.next_power_of_2(bw))
+
+
+def pick_warps(rule, rows: int) -> int:
+    """num_warps from a knob: an int, or [[rows_max, warps], ...] (rows_max None = any)."""
+    if isinstance(rule, int):
+        return rule
+    for rows_max, warps in rule:
+        if rows_max is None or rows <= rows_max:
+            return warps
+    return rule[-1][1]
+
+
+def householder_panel(src, dst, tau, T, V, j, bw, *, num_warps, v_col_off=0, v_row_off=None):
+    """Factor panel columns [j, j+bw) of every matrix, rows [j, n).
+
+    src, dst: batch x n x n fp32 (may be the same tensor); tau: batch x n;
+    T: batch x BB x BB fp32 (any batch and row strides) or None; V: batch x n x ld (fp32/fp16) or None.
+    V's rows are indexed like the matrix's (row r of the panel lands at row
+    v_row_off + r, default j) so a two-level block can stack its panels.
+    """
+    batch, n, _ = dst.shape
+    L = n - j
+    BL, BB = panel_block_sizes(L, bw)
+    v_ld = V.shape[2] if V is not None else 0
+    householder_panel_kernel[(batch,)](
+        src, dst, tau, T if T is not None else tau, V if V is not None else tau,
+        n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
+        j if v_row_off is None else v_row_off, v_col_off, v_ld,
+        BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None,
+        num_warps=pick_warps(num_warps, BL),
+    )

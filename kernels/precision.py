@@ -1,0 +1,55 @@
+"""Split-precision tensor-core products with fp32 accumulation.
+
+`dot_prec(a, b, acc, PREC)` returns `acc + a @ b` computed as PREC says:
+
+- "fp32"     no tensor cores (IEEE fp32 FMA), exact to fp32 rounding
+- "tf32"     one tf32 pass (10-bit mantissa inputs)
+- "tf32x3"   Triton's three-pass tf32 split, close to fp32
+- "fp16x3"   x = hi + lo with hi = fp16(x), lo = fp16(x - hi): Ah Bh + Ah Bl + Al Bh
+- "fp16x2lo" Ah Bh + Ah Bl (drops A's low part: for A whose entries fp16 holds well, e.g. V)
+- "fp16"     one fp16 pass
+
+fp16 splits hold values up to 65504: callers use them on Householder data,
+whose magnitudes stay far below that for qr_v2's inputs.
+"""
+import triton
+import triton.language as tl
+
+PRECISIONS = ("fp32", "tf32", "tf32x3", "fp16x3", "fp16x2lo", "fp16")
+
+
+@triton.jit
+def split_fp16(x):
+    """x (fp32) -> (hi, lo), both fp16, with hi + lo close to x to about 22 bits."""
+    hi = x.to(tl.float16)
+    lo = (x - hi.to(tl.float32)).to(tl.float16)
+    return hi, lo
+
+
+@triton.jit
+def dot_prec(a, b, acc, PREC: tl.constexpr):
+    """acc + a @ b in the precision PREC (a constexpr string; see the module docstring).
+
+    Every dimension must be at least 16 (tl.dot's minimum).
+    """
+    if PREC == "fp32":
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    elif PREC == "tf32":
+        acc = tl.dot(a, b, acc, input_precision="tf32")
+    elif PREC == "tf32x3":
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
+    elif PREC == "fp16x3":
+        a_hi, a_lo = split_fp16(a)
+        b_hi, b_lo = split_fp16(b)
+        acc = tl.dot(a_lo, b_hi, acc)
+        acc = tl.dot(a_hi, b_lo, acc)
+        acc = tl.dot(a_hi, b_hi, acc)
+    elif PREC == "fp16x2lo":
+        a_hi = a.to(tl.float16)
+        b_hi, b_lo = split_fp16(b)
+        acc = tl.dot(a_hi, b_lo, acc)
+        acc = tl.dot(a_hi, b_hi, acc)
+    else:
+        tl.static_assert(PREC == "fp16", "unknown precision")
+        acc = tl.dot(a.to(tl.float16), b.to(tl.float16), acc)
+    return acc
