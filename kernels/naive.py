@@ -80,3 +80,43 @@ def qr_ref(A: torch.Tensor, b: int = 8):
             H[i, j:, j:j + bw] = P
             H[i, j:, j + bw:] = strip_ref(H[i, j:, j + bw:], V, T)
     return H, tau
+
+
+def coop_panel_ref(panel: torch.Tensor, programs: int):
+    """The cooperative panel's arithmetic: rows split into `programs` slices that
+    only exchange per-reflector partial sums (alpha, tail norm, row k, x^T panel).
+
+    Returns (factored panel, tau) like panel_ref; it shows that w = row_k +
+    (sum of slice partials) / (alpha - beta) reproduces the one-program panel.
+    """
+    P = panel.clone()
+    L, b = P.shape
+    rows_each = -(-L // programs)
+    bounds = [(min(L, p * rows_each), min(L, (p + 1) * rows_each)) for p in range(programs)]
+    tau = P.new_zeros(b)
+    for k in range(min(b, L)):
+        row_k = P.new_zeros(b)
+        proj = P.new_zeros(b)
+        alpha = sigma = P.new_zeros(())
+        for lo, hi in bounds:  # what each program writes, then everyone sums
+            rows = torch.arange(lo, hi)
+            tail = torch.where(rows > k, P[lo:hi, k], P.new_zeros(()))
+            proj = proj + tail @ P[lo:hi]
+            sigma = sigma + tail @ tail
+            if lo <= k < hi:
+                row_k = row_k + P[k]
+                alpha = alpha + P[k, k]
+        if sigma == 0:
+            continue
+        norm = torch.sqrt(alpha * alpha + sigma)
+        beta = -norm if alpha >= 0 else norm
+        scale = 1 / (alpha - beta)
+        tau[k] = (beta - alpha) / beta
+        w = row_k + proj * scale
+        v = torch.zeros(L, dtype=P.dtype)
+        v[k] = 1
+        v[k + 1:] = P[k + 1:, k] * scale
+        P[:, k + 1:] -= tau[k] * torch.outer(v, w[k + 1:])
+        P[k, k] = beta
+        P[k + 1:, k] = v[k + 1:]
+    return P, tau

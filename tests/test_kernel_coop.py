@@ -1,0 +1,40 @@
+"""The cooperative panel: its reduction scheme in torch for several programs, and the
+kernel itself through the interpreter with one program (programs spin on each other,
+which the interpreter, running them one after another, cannot do)."""
+import pytest
+import torch
+from kernel_helpers import special_matrices
+
+from qrsub.kernels.coop import coop_panel, coop_programs_allowed
+from qrsub.kernels.naive import coop_panel_ref, panel_ref
+
+
+@pytest.mark.parametrize("programs", [1, 2, 3, 8])
+@pytest.mark.parametrize("L,b", [(40, 8), (33, 16), (7, 4)])
+def test_partial_sums_reproduce_the_panel(programs, L, b):
+    A = special_matrices(L).double().cpu()
+    for i in range(A.shape[0]):
+        P, tau = coop_panel_ref(A[i, :, :b], programs)
+        P_ref, tau_ref, _, _ = panel_ref(A[i, :, :b])
+        torch.testing.assert_close(P, P_ref)
+        torch.testing.assert_close(tau, tau_ref)
+
+
+def test_kernel_with_one_program_matches_reference():
+    A = special_matrices(36)
+    j, bw = 4, 16
+    dst = A.clone()
+    tau = torch.zeros(A.shape[0], 36, device=A.device)
+    T = torch.zeros(A.shape[0], 16, 16, device=A.device)
+    V = torch.zeros(A.shape[0], 36, 16, device=A.device)
+    coop_panel(A, dst, tau, T, V, j, bw, programs=4, num_warps=4)
+    for i in range(A.shape[0]):
+        P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + bw].double().cpu())
+        torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(tau[i, j:j + bw].double().cpu(), tau_ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(T[i].double().cpu(), T_ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(V[i, j:].double().cpu(), V_ref, atol=2e-5, rtol=1e-4)
+
+
+def test_interpreter_runs_one_program():
+    assert coop_programs_allowed(16, 2, torch.device("cpu")) == 1

@@ -1,0 +1,67 @@
+"""The panel kernel against panel_ref (float64), through the interpreter on the CPU."""
+import pytest
+import torch
+from kernel_helpers import DEVICE, special_matrices
+
+from qrsub.kernels.naive import panel_ref
+from qrsub.kernels.panel import householder_panel, panel_block_sizes, pick_warps
+
+
+def run_panel(A, j, bw, separate_src=False):
+    batch, n, _ = A.shape
+    BB = panel_block_sizes(1, bw)[1]
+    dst = A.clone()
+    src = A.clone() if separate_src else dst
+    if separate_src:
+        dst.fill_(float("nan"))  # every panel entry must be written from src
+    tau = torch.zeros(batch, n, device=A.device)
+    T = torch.full((batch, BB, BB), float("nan"), device=A.device)
+    V = torch.full((batch, n, BB), float("nan"), device=A.device)
+    householder_panel(src, dst, tau, T, V, j, bw, num_warps=4)
+    return dst, tau, T, V
+
+
+@pytest.mark.parametrize("n,j,bw", [(1, 0, 1), (5, 0, 3), (20, 0, 16), (37, 5, 16), (40, 8, 32), (17, 10, 7)])
+def test_panel_matches_reference(n, j, bw):
+    A = special_matrices(n)
+    dst, tau, T, V = run_panel(A, j, bw)
+    for i in range(A.shape[0]):
+        P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + bw].double().cpu())
+        torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(tau[i, j:j + bw].double().cpu(), tau_ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(T[i, :bw, :bw].double().cpu(), T_ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(V[i, j:, :bw].double().cpu(), V_ref, atol=2e-5, rtol=1e-4)
+        assert torch.all(T[i, bw:, :] == 0) and torch.all(T[i, :, bw:] == 0), "T must be zero past the panel"
+        assert torch.all(V[i, j:, bw:] == 0), "V must be zero past the panel"
+
+
+def test_panel_leaves_other_columns_alone():
+    A = special_matrices(24)
+    dst, *_ = run_panel(A, 8, 8)
+    assert torch.equal(dst[:, :, :8], A[:, :, :8])
+    assert torch.equal(dst[:, :, 16:], A[:, :, 16:])
+    assert torch.equal(dst[:, :8, 8:16], A[:, :8, 8:16])
+
+
+def test_panel_reads_a_separate_source():
+    A = special_matrices(20)
+    dst, tau, _, _ = run_panel(A, 0, 16, separate_src=True)
+    same, tau_same, _, _ = run_panel(A, 0, 16)
+    assert torch.equal(dst[:, :, :16], same[:, :, :16])
+    assert torch.equal(tau, tau_same)
+
+
+def test_zero_tail_gives_zero_tau_and_keeps_the_column():
+    A = torch.zeros(1, 6, 6, device=DEVICE)
+    A[0, 0, 0] = -3.0  # tail exactly zero: geqrf leaves it and sets tau = 0
+    A[0, :, 1] = torch.arange(1.0, 7.0)
+    dst, tau, T, _ = run_panel(A, 0, 2)
+    assert tau[0, 0] == 0 and dst[0, 0, 0] == -3.0 and T[0, 0, 0] == 0
+    assert tau[0, 1] > 0
+
+
+def test_pick_warps_rules():
+    assert pick_warps(8, 512) == 8
+    rule = [[128, 2], [512, 4], [None, 8]]
+    assert [pick_warps(rule, r) for r in (64, 128, 256, 512, 1024)] == [2, 2, 4, 4, 8]
+    assert pick_warps([[128, 2]], 4096) == 2
