@@ -3,9 +3,9 @@
 A panel too tall for one program's registers (thousands of rows, tiny batch)
 is split by rows over NC programs that each keep their slice in registers.
 Once per reflector they exchange, through global memory, exactly what the
-reflector needs: alpha, the tail's squared norm, the row k of the panel and
-P = sum over rows r > k of x_r * panel[r, :]. Then w = v^T panel =
-panel[k, :] + P / (alpha - beta) on every program, and each updates its rows.
+reflector needs (panel.py explains why it suffices): row k of the panel and
+proj = sum over rows r > k of x_r * panel[r, :]. Every program sums the NC
+partials and applies the reflector to its own rows.
 An atomic counter per matrix is the barrier, so all NC programs of a matrix
 must be resident at once (batch * NC well under the SM count) and the
 interpreter, which runs programs one after another, can only run NC = 1.
@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .panel import pick_warps
+from .panel import column_sums, pick_warps, reflect, store_v
 
 
 @triton.jit
@@ -28,7 +28,7 @@ def coop_panel_kernel(
     """Grid: (NC, batch). Program (p, i) owns panel rows [p*BR, (p+1)*BR) of matrix i.
 
     Arguments as householder_panel_kernel's, plus part_ptr (batch x 2 x NC x
-    (2*BB + 2) fp32: two slots, alternating by reflector, so a fast program
+    2*BB fp32: row_k then proj; two slots, alternating by reflector, so a fast program
     never overwrites partials a slow one still reads) and count_ptr (batch
     int32 counters, zero at launch). Invariants: BR, BB powers of two, BB >= 16,
     NC * BR >= L, and all NC programs of a matrix co-resident.
@@ -42,18 +42,14 @@ def coop_panel_kernel(
     P = tl.load(src_ptr + pid * n * n + offs, mask=in_panel, other=0.0)
     T = tl.zeros((BB, BB), dtype=tl.float32)
     taus = tl.zeros((BB,), dtype=tl.float32)
-    PW: tl.constexpr = 2 * BB + 2
+    PW: tl.constexpr = 2 * BB
     parts = part_ptr + pid * 2 * NC * PW
     for k in range(0, bw):
-        is_col = cols == k
-        x = tl.sum(tl.where(is_col[None, :], P, 0.0), axis=1)
-        tail = tl.where(rows > k, x, 0.0)
+        x, tail, row_k, proj = column_sums(P, rows, cols, k)
         mine = parts + (k % 2) * NC * PW + p * PW
-        tl.store(mine + cols, tl.sum(tl.where((rows == k)[:, None], P, 0.0), axis=0))
-        tl.store(mine + BB + cols, tl.sum(tail[:, None] * P, axis=0))
-        tl.store(mine + 2 * BB, tl.sum(tl.where(rows == k, x, 0.0), axis=0))
-        tl.store(mine + 2 * BB + 1, tl.sum(tail * tail, axis=0))
-        # Barrier: every program's partials for reflector k are in memory.
+        tl.store(mine + cols, row_k)
+        tl.store(mine + BB + cols, proj)
+        # Barrier: every program's partial sums for reflector k are in memory.
         tl.debug_barrier()
         arrived = tl.atomic_add(count_ptr + pid, 1, sem="release") + 1
         while arrived < (k + 1) * NC:
@@ -62,37 +58,12 @@ def coop_panel_kernel(
         slot = parts + (k % 2) * NC * PW
         row_k = tl.zeros((BB,), dtype=tl.float32)
         proj = tl.zeros((BB,), dtype=tl.float32)
-        alpha = 0.0
-        sigma = 0.0
         for q in tl.static_range(NC):
             row_k += tl.load(slot + q * PW + cols, cache_modifier=".cg")
             proj += tl.load(slot + q * PW + BB + cols, cache_modifier=".cg")
-            alpha += tl.load(slot + q * PW + 2 * BB, cache_modifier=".cg")
-            sigma += tl.load(slot + q * PW + 2 * BB + 1, cache_modifier=".cg")
-        reflects = sigma > 0.0
-        norm = tl.sqrt(alpha * alpha + sigma)
-        beta = tl.where(alpha >= 0.0, -norm, norm)
-        # Divide only where the reflector exists: beta and alpha - beta are zero otherwise.
-        beta_safe = tl.where(reflects, beta, 1.0)
-        tau_k = tl.where(reflects, (beta - alpha) / beta_safe, 0.0)
-        scale = tl.where(reflects, 1.0 / tl.where(reflects, alpha - beta, 1.0), 0.0)
-        w = row_k + proj * scale
-        v = tl.where(rows == k, 1.0, tail * scale)
-        coef = tl.where(cols > k, tau_k * w, 0.0)
-        P = P - v[:, None] * coef[None, :]
-        diag = tl.where(reflects, beta, alpha)
-        new_col = tl.where(rows > k, v, tl.where(rows == k, diag, x))
-        P = tl.where(is_col[None, :], new_col[:, None], P)
-        t_col = -tau_k * tl.sum(T * tl.where(cols < k, w, 0.0)[None, :], axis=1)
-        t_col = tl.where(cols == k, tau_k, tl.where(cols < k, t_col, 0.0))
-        T = tl.where(is_col[None, :], t_col[:, None], T)
-        taus = tl.where(is_col, tau_k, taus)
+        P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k)
     tl.store(dst_ptr + pid * n * n + offs, P, mask=in_panel)
-    below = rows[:, None] > cols[None, :]
-    V = tl.where(below, P, tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
-    V = tl.where(in_panel, V, 0.0)
-    v_offs = (v_row_off + rows[:, None]) * v_ld + v_col_off + cols[None, :]
-    tl.store(v_ptr + pid * n * v_ld + v_offs, V.to(v_ptr.dtype.element_ty), mask=rows[:, None] < L)
+    store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
     if p == 0:
         tl.store(tau_ptr + pid * n + tau_off + cols, taus, mask=cols < bw)
         if WRITE_T:
@@ -121,7 +92,7 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, num_warps, v_col_off=0, 
     NC = coop_programs_allowed(programs, batch, dst.device)
     BR = triton.next_power_of_2(triton.cdiv(L, NC))
     BB = max(16, triton.next_power_of_2(bw))
-    parts = torch.empty(batch, 2, NC, 2 * BB + 2, dtype=torch.float32, device=dst.device)
+    parts = torch.empty(batch, 2, NC, 2 * BB, dtype=torch.float32, device=dst.device)
     count = torch.zeros(batch, dtype=torch.int32, device=dst.device)
     coop_panel_kernel[(NC, batch)](
         src, dst, tau, T if T is not None else tau, V, parts, count,

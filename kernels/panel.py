@@ -5,11 +5,69 @@ convention (beta = -sign(alpha) * ||x||, tau = (beta - alpha) / beta,
 v = x / (alpha - beta) below the unit diagonal; a column whose tail is exactly
 zero gets tau = 0 and is left as it is), applies it to the panel's later
 columns, and builds the compact-WY factor T (dlarft, forward, columnwise) in the
-same loop: w = v_k^T panel already holds v_j . v_k in its first k entries,
-because the panel's columns j < k store v_j below their diagonal.
+same loop.
+
+One reduction over the rows per reflector gives everything the reflector needs:
+row k of the panel and proj = tail^T panel, where tail is column k below row k.
+Then alpha = row_k[k], ||tail||^2 = proj[k], and w = v^T panel = row_k +
+proj / (alpha - beta). w's first k entries are v_j . v_k (the panel's columns
+j < k store v_j below their diagonal), which is what T's column k needs.
+The cooperative panel (coop.py) uses the same two steps, summing row_k and
+proj across programs in between.
 """
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def add_pairs(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
+
+
+@triton.jit
+def column_sums(P, rows, cols, k):
+    """(x, tail, row_k, proj) of the panel slice P for reflector k: x is column k,
+    tail its part below row k; row_k and proj are sums over this slice's rows."""
+    x = tl.sum(tl.where((cols == k)[None, :], P, 0.0), axis=1)
+    tail = tl.where(rows > k, x, 0.0)
+    row_k, proj = tl.reduce((tl.where((rows == k)[:, None], P, 0.0), tail[:, None] * P), 0, add_pairs)
+    return x, tail, row_k, proj
+
+
+@triton.jit
+def reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k):
+    """Form reflector k from the summed row_k and proj, apply it to the panel slice P
+    (columns right of k; column k becomes beta over v), and extend T and tau."""
+    alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
+    sigma = tl.sum(tl.where(cols == k, proj, 0.0), axis=0)
+    reflects = sigma > 0.0
+    norm = tl.sqrt(alpha * alpha + sigma)
+    beta = tl.where(alpha >= 0.0, -norm, norm)
+    # Divide only where the reflector exists: beta and alpha - beta are zero otherwise.
+    tau_k = tl.where(reflects, (beta - alpha) / tl.where(reflects, beta, 1.0), 0.0)
+    scale = tl.where(reflects, 1.0 / tl.where(reflects, alpha - beta, 1.0), 0.0)
+    w = row_k + proj * scale
+    v = tl.where(rows == k, 1.0, tail * scale)
+    coef = tl.where(cols > k, tau_k * w, 0.0)
+    diag = tl.where(reflects, beta, alpha)
+    new_col = tl.where(rows > k, v, tl.where(rows == k, diag, x))
+    is_col = cols == k
+    P = tl.where(is_col[None, :], new_col[:, None], P - v[:, None] * coef[None, :])
+    # T[:k, k] = -tau_k T[:k, :k] (V[:, :k]^T v_k); T[k, k] = tau_k.
+    t_col = -tau_k * tl.sum(T * tl.where(cols < k, w, 0.0)[None, :], axis=1)
+    t_col = tl.where(is_col, tau_k, tl.where(cols < k, t_col, 0.0))
+    T = tl.where(is_col[None, :], t_col[:, None], T)
+    taus = tl.where(is_col, tau_k, taus)
+    return P, T, taus
+
+
+@triton.jit
+def store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld):
+    """V of the panel slice P (unit diagonal, zeros above and past bw) into the V buffer."""
+    V = tl.where(rows[:, None] > cols[None, :], P, tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
+    V = tl.where((rows[:, None] < L) & (cols[None, :] < bw), V, 0.0)
+    v_offs = (v_row_off + rows[:, None]) * v_ld + v_col_off + cols[None, :]
+    tl.store(v_ptr + pid * n * v_ld + v_offs, V.to(v_ptr.dtype.element_ty), mask=rows[:, None] < L)
 
 
 @triton.jit
@@ -40,41 +98,14 @@ def householder_panel_kernel(
     T = tl.zeros((BB, BB), dtype=tl.float32)
     taus = tl.zeros((BB,), dtype=tl.float32)
     for k in range(0, bw):
-        is_col = cols == k
-        x = tl.sum(tl.where(is_col[None, :], P, 0.0), axis=1)
-        alpha = tl.sum(tl.where(rows == k, x, 0.0), axis=0)
-        tail = tl.where(rows > k, x, 0.0)
-        sigma = tl.sum(tail * tail, axis=0)
-        reflects = sigma > 0.0
-        norm = tl.sqrt(alpha * alpha + sigma)
-        beta = tl.where(alpha >= 0.0, -norm, norm)
-        # Divide only where the reflector exists: beta and alpha - beta are zero otherwise.
-        beta_safe = tl.where(reflects, beta, 1.0)
-        tau_k = tl.where(reflects, (beta - alpha) / beta_safe, 0.0)
-        scale = tl.where(reflects, 1.0 / tl.where(reflects, alpha - beta, 1.0), 0.0)
-        v = tl.where(rows == k, 1.0, tail * scale)
-        w = tl.sum(v[:, None] * P, axis=0)
-        # Apply H_k = I - tau v v^T to the columns right of k only.
-        coef = tl.where(cols > k, tau_k * w, 0.0)
-        P = P - v[:, None] * coef[None, :]
-        diag = tl.where(reflects, beta, alpha)
-        new_col = tl.where(rows > k, v, tl.where(rows == k, diag, x))
-        P = tl.where(is_col[None, :], new_col[:, None], P)
-        # T[:k, k] = -tau_k T[:k, :k] (V[:, :k]^T v_k); T[k, k] = tau_k.
-        t_col = -tau_k * tl.sum(T * tl.where(cols < k, w, 0.0)[None, :], axis=1)
-        t_col = tl.where(cols == k, tau_k, tl.where(cols < k, t_col, 0.0))
-        T = tl.where(is_col[None, :], t_col[:, None], T)
-        taus = tl.where(is_col, tau_k, taus)
+        x, tail, row_k, proj = column_sums(P, rows, cols, k)
+        P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k)
     tl.store(dst_ptr + pid * n * n + offs, P, mask=in_panel)
     tl.store(tau_ptr + pid * n + tau_off + cols, taus, mask=cols < bw)
     if WRITE_T:
         tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], T)
     if WRITE_V:
-        below = rows[:, None] > cols[None, :]
-        V = tl.where(below, P, tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
-        V = tl.where(in_panel, V, 0.0)
-        v_offs = (v_row_off + rows[:, None]) * v_ld + v_col_off + cols[None, :]
-        tl.store(v_ptr + pid * n * v_ld + v_offs, V.to(v_ptr.dtype.element_ty), mask=rows[:, None] < L)
+        store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
 
 
 def panel_block_sizes(L: int, bw: int) -> tuple[int, int]:
