@@ -1,0 +1,728 @@
+"""`qrsub sweep`: expand a knob grid over a base variant, gate, time, rank.
+
+The flow for `qrsub sweep BASE.yaml --set mid.strip.bn=32,64 --set mid.panel.num_warps=2,4`:
+
+1. grid: every combination of the `--set` values, each written as a small
+   variant file that `extends` BASE and patches the routes it names;
+2. gate: each candidate must pass the test cases of the routes it touches
+   (a precision change: every test case, under the default seeds and
+   POPCORN_SEED 1, 2 and 3) before it is timed;
+3. time: each survivor against BASE with bench's method (ABBA rounds in one
+   process, same GPU), so every candidate's ratio to BASE is measured alike;
+4. rank by the geometric-mean ratio; write the best as a variant extending
+   BASE (only when it is really faster than BASE).
+
+Candidates run on a worker pool: one worker process per GPU with
+CUDA_VISIBLE_DEVICES set to that GPU, each logging to its own file, jobs
+handed out from one queue and results merged. With one GPU there is one
+worker and candidates run serially; `--workers N` forces N workers (on one
+GPU they share it, which exercises the pool, not the timings).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+
+from qrsub import bench, stats
+
+SEEDS_FOR_PRECISION = (None, 1, 2, 3)   # None: the cases' own seeds
+DEFAULT_RUNNER = "qrsub.sweep:run_job"
+
+
+class SweepError(ValueError):
+    """A user error in a sweep's arguments; the message says what to fix."""
+
+
+# ---------------------------------------------------------------------- grid
+
+@dataclass(frozen=True)
+class Axis:
+    """One `--set ROUTE.KNOB=v1,v2`: a route name, the knob's YAML path, the values."""
+
+    route: str
+    path: tuple[str, ...]
+    values: tuple
+
+    @property
+    def key(self) -> str:
+        return ".".join((self.route, *self.path))
+
+    @property
+    def is_precision(self) -> bool:
+        return self.path[0] == "precision" or self.path[0].startswith("prec")
+
+
+Point = tuple[tuple[Axis, Any], ...]   # one grid point: (axis, value) per axis
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value: int, float, true/false, null, a YAML list, else a string.
+
+    Words like `off` stay strings (YAML 1.1 would make them booleans; the
+    variant loader does not, and neither do we).
+    """
+    text = text.strip()
+    if text in ("true", "false"):
+        return text == "true"
+    if text in ("null", "~"):
+        return None
+    if text[:1] in "[{" or _is_number(text):
+        return yaml.safe_load(text)
+    return text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace("_", ""))
+        return True
+    except ValueError:
+        return False
+
+
+def split_values(text: str) -> list[str]:
+    """Split on commas outside brackets: `2,4,[[128,2],[null,4]]` is three values."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+def parse_set(text: str, routes: Sequence[str] | None = None) -> Axis:
+    """`mid.strip.bn=16,32` -> Axis("mid", ("strip", "bn"), (16, 32)).
+
+    ROUTES (the base's route names) resolve names that contain dots and give
+    a "did you mean" when the route does not exist.
+    """
+    if "=" not in text:
+        raise SweepError(f"--set {text!r}: expected ROUTE.KNOB=v1,v2,... (e.g. mid.strip.bn=16,32)")
+    lhs, rhs = text.split("=", 1)
+    route, path = _split_key(lhs.strip(), routes)
+    raw = split_values(rhs)
+    if not rhs.strip() or any(v == "" for v in raw):
+        raise SweepError(f"--set {text!r}: empty value; give one or more values separated by commas")
+    values = tuple(parse_value(v) for v in raw)
+    if len(set(map(repr, values))) != len(values):
+        raise SweepError(f"--set {text!r}: a value is repeated")
+    return Axis(route, path, values)
+
+
+def _split_key(lhs: str, routes: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:
+    if routes:
+        matches = [r for r in routes if lhs.startswith(r + ".")]
+        if not matches:
+            import difflib
+
+            head = lhs.split(".", 1)[0]
+            close = difflib.get_close_matches(head, routes, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise SweepError(f"--set {lhs}: BASE has no route '{head}'{hint} (routes: {', '.join(routes)})")
+        route = max(matches, key=len)
+        rest = lhs[len(route) + 1:]
+    else:
+        route, _, rest = lhs.partition(".")
+    if not route or not rest:
+        raise SweepError(f"--set {lhs}: expected ROUTE.KNOB, e.g. mid.strip.bn or small.panel.num_warps")
+    return route, tuple(rest.split("."))
+
+
+def check_knob(axis: Axis) -> None:
+    """Reject a knob path the variant schema does not have (with the knobs it does)."""
+    try:
+        from qrsub.variant import ROUTE_KNOBS
+    except ImportError:
+        return   # validated later, when each candidate's variant is loaded
+    known = {k.path: k for k in ROUTE_KNOBS}
+    if axis.path not in known:
+        import difflib
+
+        dotted = [k.dotted for k in ROUTE_KNOBS]
+        close = difflib.get_close_matches(".".join(axis.path), dotted, n=1)
+        hint = f"did you mean {axis.route}.{close[0]}? " if close else ""
+        raise SweepError(f"--set {axis.key}: no knob {'.'.join(axis.path)}; {hint}knobs: {', '.join(dotted)}")
+
+
+def expand_grid(axes: Sequence[Axis]) -> list[Point]:
+    """Every combination of the axes' values, the first axis varying slowest."""
+    keys = [a.key for a in axes]
+    dup = {k for k in keys if keys.count(k) > 1}
+    if dup:
+        raise SweepError(f"--set given twice for {', '.join(sorted(dup))}; put all values in one --set")
+    return [tuple(zip(axes, combo)) for combo in itertools.product(*(a.values for a in axes))]
+
+
+def point_patch(point: Point) -> list[dict]:
+    """The routes section of a grid point's variant: one patch per route, by name."""
+    routes: dict[str, dict] = {}
+    for axis, value in point:
+        node = routes.setdefault(axis.route, {"name": axis.route})
+        for key in axis.path[:-1]:
+            node = node.setdefault(key, {})
+        node[axis.path[-1]] = value
+    return list(routes.values())
+
+
+def point_label(point: Point) -> str:
+    """Human form: `mid.strip.bn=32 mid.panel.num_warps=4`."""
+    return " ".join(f"{a.key}={_compact(v)}" for a, v in point)
+
+
+def point_slug(point: Point) -> str:
+    """File-name form: `mid.strip.bn-32_mid.panel.num_warps-4`."""
+    text = "_".join(f"{a.key}-{_compact(v)}" for a, v in point)
+    return "".join(c if c.isalnum() or c in "._-" else "" for c in text.replace(",", "-"))
+
+
+def _compact(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":")) if isinstance(v, (list, dict)) else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def touched_routes(point: Point) -> list[str]:
+    return list(dict.fromkeys(a.route for a, _ in point))
+
+
+def touches_precision(point: Point) -> bool:
+    return any(a.is_precision for a, _ in point)
+
+
+def variant_text(base: Path, point: Point, out_path: Path, description: str | None = None) -> str:
+    """A variant file for POINT that extends BASE (path relative to OUT_PATH's folder)."""
+    rel = os.path.relpath(Path(base).resolve(), Path(out_path).resolve().parent)
+    doc = {
+        "extends": rel,
+        "description": description or f"sweep of {Path(base).stem}: {point_label(point)}",
+        "routes": point_patch(point),
+    }
+    header = f"# Written by `qrsub sweep`: {Path(base).name} with {point_label(point)}.\n"
+    return header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write PATH whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------- gating
+
+@dataclass
+class GatePlan:
+    """Which test cases (indices into task.yml's `tests`) and seeds a candidate must pass."""
+
+    cases: list[int]
+    seeds: list[int | None]
+    why: str
+
+
+def gate_plan(point: Point, tests: Sequence[dict], base_variant=None) -> GatePlan:
+    """All tests and four seeds for a precision change; else the tests the touched routes serve.
+
+    Routes are those BASE takes for each test shape (the sweep changes knobs,
+    never the shape ranges). Without the variant, or when no test case lands
+    on a touched route, every test case is run: never fewer than needed.
+    """
+    everything = list(range(len(tests)))
+    if touches_precision(point):
+        return GatePlan(everything, list(SEEDS_FOR_PRECISION), "precision change: every test, seeds default,1,2,3")
+    routes = set(touched_routes(point))
+    if base_variant is None:
+        return GatePlan(everything, [None], "routes unknown: every test")
+    mine = [i for i, t in enumerate(tests) if _route_name(base_variant, t) in routes]
+    if not mine:
+        return GatePlan(everything, [None], f"no test lands on {', '.join(sorted(routes))}: every test")
+    return GatePlan(mine, [None], f"tests routed to {', '.join(sorted(routes))}")
+
+
+def _route_name(variant, spec: dict) -> str | None:
+    try:
+        return variant.route_for(n=spec["n"], batch=spec["batch"])["name"]
+    except LookupError:
+        return None
+
+
+def mix_seed(seed: int, popcorn_seed: int | None) -> int:
+    """The harness's POPCORN_SEED mixing: a + (a+s)(a+s+1)//2."""
+    if popcorn_seed is None:
+        return seed
+    return seed + (seed + popcorn_seed) * (seed + popcorn_seed + 1) // 2
+
+
+def run_gate(submission: Path, plan: GatePlan, log: Callable[[str], None] = print) -> tuple[bool, str]:
+    """Run the gate's test cases; (passed, message of the first failure or a summary)."""
+    tests = bench.load_cases("tests")
+    runner = _localrun_gate() or _inprocess_gate
+    for seed in plan.seeds:
+        ok, message = runner(submission, [tests[i] for i in plan.cases], plan.cases, seed, log)
+        if not ok:
+            where = "default seeds" if seed is None else f"POPCORN_SEED={seed}"
+            return False, f"{where}: {message}"
+    return True, f"{len(plan.cases)} test(s) x {len(plan.seeds)} seed(s) passed"
+
+
+def _localrun_gate():
+    """The harness's own test mode (eval.py in a subprocess) through qrsub.localrun.
+
+    Preferred: a kernel that crashes or corrupts CUDA state takes down the
+    harness's process, not the worker that times the other candidates.
+    """
+    try:
+        from qrsub.localrun import run_local
+    except ImportError:
+        return None
+
+    def gate(submission, specs, indices, seed, log):
+        run = run_local(str(submission), mode="test", cases=",".join(map(str, indices)), seed=seed)
+        for stage in run.stages:
+            for c in stage.cases:
+                log(f"  test {c.index} {c.spec_text}: {c.status}")
+        return local_verdict(run)
+
+    return gate
+
+
+def local_verdict(run) -> tuple[bool, str]:
+    """(passed, why) of a localrun.LocalRun in test mode."""
+    if run.passed:
+        return True, ""
+    if not run.stages:
+        return False, f"compile pass: {run.compile.message or 'no stage ran'}"
+    stage = run.stages[0]
+    for c in stage.cases:
+        if not c.passed:
+            return False, f"test {c.index} ({c.spec_text}): {c.error or c.message or c.status}"
+    if stage.timed_out:
+        return False, f"timed out after {stage.timeout_s:g} s"
+    tail = stage.output_tail.strip().splitlines()
+    return False, f"harness exit {stage.exit_code}: {tail[-1] if tail else 'no output'}"
+
+
+def _inprocess_gate(submission, specs, indices, seed, log) -> tuple[bool, str]:
+    """Test mode in this process: generate, call on a clone, synchronize, check."""
+    import torch
+
+    module = bench.load_submission(Path(submission), f"_qrsub_gate_{Path(submission).stem}")
+    reference = __import__("reference")   # the harness's, on sys.path through load_submission
+    for i, spec in zip(indices, specs):
+        data = reference.generate_input(spec["batch"], spec["n"], spec["cond"], mix_seed(spec["seed"], seed),
+                                        spec.get("case", "dense"))
+        try:
+            out = module.custom_kernel(data.clone())
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            ok, message = reference.check_implementation(data, out)
+        except Exception as exc:
+            ok, message = False, bench._error_text(exc)
+        log(f"  test {i} {bench.case_label(spec)}: {'pass' if ok else 'FAIL ' + message}")
+        if not ok:
+            return False, f"test {i} ({bench.case_label(spec)}): {message}"
+    return True, ""
+
+
+# ----------------------------------------------------------------------- jobs
+
+@dataclass
+class Candidate:
+    name: str
+    point: Point
+    variant: Path
+    gate: GatePlan
+
+    def job(self, base: Path, bench_cases: list[int], budget: float, stop: bench.StopRule,
+            build_dir: Path) -> dict:
+        """What a worker needs, as JSON: the files, the gate, the bench settings."""
+        return {"name": self.name, "variant": str(self.variant.resolve()), "base": str(Path(base).resolve()),
+                "build_dir": str(Path(build_dir).resolve()),
+                "gate": {"cases": self.gate.cases, "seeds": self.gate.seeds},
+                "bench": {"cases": bench_cases, "budget": budget, "target": stop.target,
+                          "min_reps": stop.min_reps, "max_reps": stop.max_reps}}
+
+
+_BUILT: dict[str, Path] = {}   # per worker: variant path -> built submission (BASE is built once)
+
+
+def _build(variant: str, build_dir: Path) -> Path:
+    if variant not in _BUILT:
+        from qrsub.build import build_variant
+
+        out = build_dir / f"{Path(variant).stem}.py"
+        write_atomic(out, build_variant(variant))
+        _BUILT[variant] = out
+    return _BUILT[variant]
+
+
+def run_job(job: dict, log: Callable[[str], None]) -> dict:
+    """The worker's job: build, gate, then time the candidate against BASE on this GPU."""
+    build_dir = Path(job["build_dir"])
+    result: dict[str, Any] = {"name": job["name"], "device": bench.device_name()}
+    try:
+        base_sub, cand_sub = _build(job["base"], build_dir), _build(job["variant"], build_dir)
+    except Exception as exc:
+        return {**result, "stage": "build", "error": bench._error_text(exc)}
+    log(f"gate {job['name']}: tests {job['gate']['cases']} seeds {job['gate']['seeds']}")
+    ok, message = run_gate(cand_sub, GatePlan(job["gate"]["cases"], job["gate"]["seeds"], ""), log)
+    result["gate"] = {"ok": ok, "message": message}
+    if not ok:
+        return {**result, "stage": "gate", "error": message}
+    cfg = job["bench"]
+    cases = bench.load_cases("benchmarks")
+    specs = [cases[i] for i in cfg["cases"]]
+    stop = bench.StopRule(target=cfg["target"], min_reps=cfg["min_reps"], max_reps=cfg["max_reps"])
+    timer = bench.HarnessTimer([base_sub, cand_sub], tag="sweep")
+    hook = lambda pos, r, e, share: r % 20 == 0 and log(f"  {bench.case_label(specs[pos])}: round {r}, {e:.1f}s")
+    runs = bench.run_bench(timer, specs, 2, stop, cfg["budget"], on_round=hook)
+    summary = bench.summarize(runs, ["BASE", job["name"]], device=bench.device_name(), case_indices=cfg["cases"])
+    return {**result, "stage": "bench", "summary": summary}
+
+
+# ----------------------------------------------------------------------- pool
+
+def visible_devices() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries ([] without CUDA)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip()]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:
+        return []
+
+
+def assign_devices(n_workers: int, devices: Sequence[str]) -> list[str]:
+    """Worker i runs on devices[i mod len]: one per GPU, or several sharing when forced."""
+    if not devices:
+        raise SweepError("no GPU to give the workers")
+    if n_workers < 1:
+        raise SweepError(f"--workers must be at least 1, got {n_workers}")
+    return [devices[i % len(devices)] for i in range(n_workers)]
+
+
+def worker_env(device: str, base: dict | None = None) -> dict:
+    """The environment of a worker pinned to DEVICE (it sees it as cuda:0)."""
+    env = dict(os.environ if base is None else base)
+    env["CUDA_VISIBLE_DEVICES"] = device
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class Worker:
+    index: int
+    device: str
+    log_path: Path
+    runner: str
+    proc: subprocess.Popen | None = None
+    jobs_done: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "qrsub.sweep", "worker", self.runner],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
+            env=worker_env(self.device))
+        log.close()   # the child holds its own handle
+
+    def run(self, job: dict) -> dict:
+        """Send JOB, wait for its result; a dead worker yields an error and is restarted."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        start = time.monotonic()
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            code = self.proc.wait()
+            self.proc = None
+            result = {"name": job.get("name"), "stage": "worker",
+                      "error": f"worker {self.index} died (exit {code}); see {self.log_path}"}
+        else:
+            result = json.loads(line)
+        self.jobs_done.append(str(job.get("name")))
+        return {**result, "worker": self.index, "cuda_visible_devices": self.device,
+                "log": str(self.log_path), "wall_s": time.monotonic() - start}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def run_pool(jobs: Sequence[dict], devices: Sequence[str], log_dir: Path, runner: str = DEFAULT_RUNNER,
+             on_result: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run JOBS on one worker per entry of DEVICES (a device may repeat); results in job order.
+
+    Jobs go out from one queue, so a fast worker takes more of them.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    workers = [Worker(i, d, log_dir / f"worker-{i}-gpu{d}.log", runner) for i, d in enumerate(devices)]
+    todo: queue.Queue = queue.Queue()
+    for k, job in enumerate(jobs):
+        todo.put((k, job))
+    results: list[dict | None] = [None] * len(jobs)
+    lock = threading.Lock()
+
+    def drain(worker: Worker) -> None:
+        try:
+            while True:
+                try:
+                    k, job = todo.get_nowait()
+                except queue.Empty:
+                    return
+                result = worker.run(job)
+                with lock:
+                    results[k] = result
+                    if on_result:
+                        on_result(result)
+        finally:
+            worker.stop()
+
+    threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r for r in results if r is not None]
+
+
+def _worker_main(runner: str) -> int:
+    """A worker: read JSON jobs from stdin, answer one JSON line each on the real stdout.
+
+    Anything else printed (by submissions, Triton, torch) goes to the log
+    (stderr), so it cannot corrupt the protocol.
+    """
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    module_name, attr = runner.split(":")
+    fn = getattr(__import__(module_name, fromlist=[attr]), attr)
+    pid, device = os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')} worker pid {pid} CUDA_VISIBLE_DEVICES={device}] {msg}",
+              file=sys.stderr, flush=True)
+
+    log(f"started, runner {runner}")
+    for line in sys.stdin:
+        job = json.loads(line)
+        log(f"job {job.get('name')}: start")
+        t0 = time.monotonic()
+        try:
+            result = fn(job, log)
+        except Exception as exc:
+            log(traceback.format_exc())
+            result = {"name": job.get("name"), "stage": "crash", "error": bench._error_text(exc)}
+        result = {**result, "pid": pid}
+        log(f"job {job.get('name')}: done in {time.monotonic() - t0:.1f}s "
+            f"({result.get('stage', '')}{': ' + result['error'] if result.get('error') else ''})")
+        proto.write(json.dumps(result) + "\n")
+    log("no more jobs, exiting")
+    return 0
+
+
+# -------------------------------------------------------------------- ranking
+
+def geomean_of(result: dict) -> dict | None:
+    """The candidate's geomean entry (ratio to BASE), when it was timed."""
+    summary = result.get("summary")
+    if not summary:
+        return None
+    g = summary["geomean"][1]
+    return g if "ratio" in g else None
+
+
+def rank(results: Sequence[dict]) -> list[dict]:
+    """Best first: candidates timed on every case by geomean ratio, then those
+    that failed a case during timing, then those never timed (by name)."""
+    def key(r: dict) -> tuple:
+        g = geomean_of(r)
+        if g is None:
+            return (2, 0.0, str(r.get("name")))
+        clean = g["complete"] and not summary_failures(r)
+        return (0 if clean else 1, g["ratio"]["value"], str(r.get("name")))
+
+    return sorted(results, key=key)
+
+
+def summary_failures(result: dict) -> list[str]:
+    """Cases where the candidate failed the check during timing."""
+    summary = result.get("summary") or {}
+    return [f"{c['label']}: {res['error']}" for c in summary.get("cases", []) for res in c["results"][1:]
+            if res["status"] == "fail"]
+
+
+def best_of(ranked: Sequence[dict]) -> dict | None:
+    """The top candidate if it is really faster than BASE on every case's geomean, else None."""
+    if not ranked:
+        return None
+    top = ranked[0]
+    g = geomean_of(top)
+    if g and g["complete"] and not summary_failures(top) and g["verdict"] == stats.FASTER:
+        return top
+    return None
+
+
+def render_ranking(ranked: Sequence[dict], labels: dict[str, str], console=None, total_cases: int = 12) -> None:
+    """The ranked table: geomean ratio to BASE over the timed cases with its interval,
+    the implied score ratio over all TOTAL_CASES, the verdict, the worker."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title="qrsub sweep: geomean time / BASE (below 1 is faster), 95% intervals")
+    for col in ("#", "candidate", "knobs", "ratio [95%]", "score ratio", "verdict", "real per-case wins/losses",
+                "gpu (worker)"):
+        table.add_column(col)
+    for pos, r in enumerate(ranked, 1):
+        g = geomean_of(r)
+        where = f"{r.get('cuda_visible_devices', '?')} ({r.get('worker', '?')})"
+        if g is None:
+            table.add_row("-", r["name"], labels.get(r["name"], ""), "[red]not timed[/]", "",
+                          f"{r.get('stage', '')}: {str(r.get('error', ''))[:70]}", "", where)
+            continue
+        cases = r["summary"]["cases"]
+        verdicts = [c["results"][1].get("verdict") for c in cases]
+        wins, losses = verdicts.count(stats.FASTER), verdicts.count(stats.SLOWER)
+        fails = summary_failures(r)
+        verdict = g["verdict"] + (f" [red]({len(fails)} case(s) failed)[/]" if fails else "")
+        ratio = g["ratio"]
+        score = score_ratio(g, len(cases), total_cases)
+        table.add_row(str(pos), r["name"], labels.get(r["name"], ""),
+                      f"{ratio['value']:.4f} [{ratio['lo']:.4f}, {ratio['hi']:.4f}]", f"{score['value']:.4f}", verdict,
+                      f"{wins}/{losses} of {len(cases)}", where)
+    console.print(table)
+
+
+# ---------------------------------------------------------------- the sweep
+
+@dataclass
+class SweepPlan:
+    base: Path
+    axes: list[Axis]
+    candidates: list[Candidate]
+    run_dir: Path
+    bench_cases: list[int]
+
+
+def plan_sweep(base: Path, sets: Sequence[str], run_dir: Path, bench_cases: list[int] | None) -> SweepPlan:
+    """Parse --set, expand the grid, name each point and plan its gate (writes nothing).
+
+    BENCH_CASES None: the benchmark cases BASE routes to any touched route
+    (the others run the same code in BASE and candidate, and only add noise);
+    every case when that is unknown or empty.
+    """
+    base_variant = _load_base(base)
+    route_names = [r["name"] for r in base_variant.routes] if base_variant else None
+    axes = [parse_set(s, route_names) for s in sets]
+    if not axes:
+        raise SweepError("nothing to sweep: give at least one --set ROUTE.KNOB=v1,v2")
+    for axis in axes:
+        check_knob(axis)
+    tests = bench.load_cases("tests")
+    cands = []
+    for point in expand_grid(axes):
+        name = f"{base.stem}.{point_slug(point)}"
+        cands.append(Candidate(name, point, run_dir / "variants" / f"{name}.yaml",
+                               gate_plan(point, tests, base_variant)))
+    if bench_cases is None:
+        bench_cases = affected_cases(bench.load_cases("benchmarks"), {a.route for a in axes}, base_variant)
+    return SweepPlan(base, axes, cands, run_dir, bench_cases)
+
+
+def affected_cases(cases: Sequence[dict], routes: set[str], base_variant) -> list[int]:
+    """Indices of CASES that BASE routes to one of ROUTES (all of them when unknown or none)."""
+    everything = list(range(len(cases)))
+    if base_variant is None:
+        return everything
+    mine = [i for i, c in enumerate(cases) if _route_name(base_variant, c) in routes]
+    return mine or everything
+
+
+def score_ratio(g: dict, timed: int, total: int) -> dict:
+    """The leaderboard score ratio implied by a geomean ratio over TIMED of TOTAL cases,
+    the untimed cases running the same code in both (ratio 1)."""
+    p = timed / total
+    return {k: g["ratio"][k] ** p for k in ("value", "lo", "hi")}
+
+
+def _load_base(base: Path):
+    try:
+        from qrsub.variant import load_variant
+    except ImportError:
+        return None
+    return load_variant(base)
+
+
+def emit_variants(plan: SweepPlan) -> None:
+    """Write every grid point's variant file, validating it first when the schema is there."""
+    for c in plan.candidates:
+        text = variant_text(plan.base, c.point, c.variant)
+        validate_variant_text(text, c.variant)
+        write_atomic(c.variant, text)
+
+
+def validate_variant_text(text: str, path: Path) -> None:
+    try:
+        from qrsub.variant import parse_variant
+    except ImportError:
+        return
+    parse_variant(text, path)
+
+
+def describe(plan: SweepPlan, devices: Sequence[str], budget: float) -> list[str]:
+    """The --dry-run text: the grid, each gate, where the workers run."""
+    lines = [f"base: {plan.base}", f"grid: {' x '.join(f'{a.key} ({len(a.values)})' for a in plan.axes)} "
+             f"= {len(plan.candidates)} candidate(s)"]
+    for k, c in enumerate(plan.candidates):
+        lines.append(f"  [{k:>2}] {point_label(c.point)}")
+        lines.append(f"       gate: {len(c.gate.cases)} test(s) {c.gate.cases} x seeds "
+                     f"{['default' if s is None else s for s in c.gate.seeds]} ({c.gate.why})")
+    workers = ", ".join(f"worker {i} -> CUDA_VISIBLE_DEVICES={d}" for i, d in enumerate(devices)) or "none (no GPU here)"
+    lines.append(f"workers: {workers}")
+    labels = ", ".join(bench.case_label(bench.load_cases("benchmarks")[i]) for i in plan.bench_cases)
+    lines.append(f"each survivor: timed against BASE on benchmark cases {plan.bench_cases} ({labels}), "
+                 f"budget {budget:g} s, ABBA rounds in the worker's process")
+    lines.append(f"files: {plan.run_dir}/variants/*.yaml, {plan.run_dir}/logs/worker-*.log, {plan.run_dir}/results.json")
+    return lines
+
+
+def best_variant_text(plan: SweepPlan, best: dict, out: Path) -> str:
+    cand = next(c for c in plan.candidates if c.name == best["name"])
+    g = geomean_of(best)
+    desc = (f"sweep best over {plan.base.stem}: {point_label(cand.point)} "
+            f"(geomean x{g['ratio']['value']:.4f} on {best.get('device', 'GPU')})")
+    return variant_text(plan.base, cand.point, out, description=desc)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "worker":
+        sys.exit(_worker_main(sys.argv[2]))
+    sys.exit("usage: python -m qrsub.sweep worker MODULE:FUNCTION  (started by `qrsub sweep`)")

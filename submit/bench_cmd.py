@@ -1,0 +1,127 @@
+"""`qrsub bench`: compare candidates on the local GPU the way the leaderboard ranks them."""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import click
+
+from qrsub import bench as engine
+
+
+@click.command("bench")
+@click.argument("candidates", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--cases", "selector", metavar="SEL",
+              help="Benchmark cases to run: indices and ranges (0,3,5-7) and/or filters (n=512, case=mixed). Default: all 12.")
+@click.option("--budget", type=click.FloatRange(min=0.0), default=120.0, show_default=True, metavar="S",
+              help="Wall-time budget in seconds for the whole run, shared among the cases.")
+@click.option("--target", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.01, show_default=True, metavar="FRAC",
+              help="Stop a case once every median's 95% interval is within ±FRAC of it.")
+@click.option("--min-reps", type=click.IntRange(min=1), default=10, show_default=True, help="Repetitions before the interval rule may stop a case.")
+@click.option("--max-reps", type=click.IntRange(min=1), default=1000, show_default=True, help="Cap on repetitions per case.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write every number (and the raw samples) to FILE as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a PNG: per-case ratio bars with 95% intervals, the geomean last.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (candidates, cases, stop rules) and exit; works without a GPU.")
+def bench(candidates, selector, budget, target, min_reps, max_reps, json_path, plot_path, dry_run):
+    """Time CANDIDATES against the first one on this machine's GPU.
+
+    A candidate is a submission file (.py) or a variant (.yaml, built first).
+    Each runs on the benchmark cases of task/task.yml exactly as the harness
+    times them (same inputs, outputs checked before timing, L2 flushed, CUDA
+    events), interleaved round by round in ABBA order so clock drift hits
+    every candidate alike. A case stops once every median's 95% interval is
+    tight (--target) or its share of --budget is spent.
+
+    Reported: per case each median with its 95% interval and the ratio to the
+    first candidate; then the geometric mean ratio (the leaderboard's score)
+    with its interval, and which differences are real rather than noise.
+
+    \b
+    Examples:
+      qrsub bench variants/champion.yaml variants/geqrf.yaml
+      qrsub bench build/submission.py my_try.py --cases n=512 --budget 60
+      qrsub bench variants/champion.yaml variants/bn32.yaml --json out.json --plot out.png
+      qrsub bench A.yaml B.yaml --dry-run          # the plan, no GPU needed
+    """
+    stop = engine.StopRule(target=target, min_reps=min_reps, max_reps=max_reps)
+    all_cases = engine.load_cases("benchmarks")
+    try:
+        indices = engine.select_cases(all_cases, selector)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cases") from None
+    specs = [all_cases[i] for i in indices]
+
+    if dry_run:
+        cands = _resolve(candidates, None, build=False)
+        for line in engine.describe_plan(cands, specs, indices, budget, stop):
+            click.echo(line)
+        bad = _invalid_variants(cands)
+        for line in bad:
+            click.echo(line, err=True)
+        if bad:
+            raise SystemExit(1)
+        return
+    try:
+        engine.require_gpu()
+    except engine.NoGPUError as exc:
+        raise click.ClickException(str(exc)) from None
+
+    with tempfile.TemporaryDirectory(prefix="qrsub-bench-") as tmp:
+        cands = _resolve(candidates, Path(tmp), build=True)
+        timer = engine.HarnessTimer([c.submission for c in cands])
+        runs = _run_with_progress(timer, specs, len(cands), stop, budget)
+    summary = engine.summarize(runs, [c.label for c in cands], device=engine.device_name(),
+                               sources=[str(c.source) for c in cands], budget_s=budget,
+                               target=target, case_indices=list(indices))
+    engine.render(summary)
+    if json_path:
+        json_path.write_text(json.dumps(summary, indent=1))
+        click.echo(f"wrote {json_path}")
+    if plot_path:
+        engine.plot(summary, plot_path)
+        click.echo(f"wrote {plot_path}")
+
+
+def _resolve(paths, build_dir, build):
+    try:
+        return engine.resolve_candidates(paths, build_dir, build=build)
+    except FileNotFoundError as exc:
+        raise click.BadParameter(str(exc), param_hint="CANDIDATES") from None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _invalid_variants(cands) -> list[str]:
+    """A dry run still validates variant candidates (cheap; building waits for the real run)."""
+    from qrsub.variant import load_variant
+
+    bad = []
+    for c in cands:
+        if c.is_variant:
+            try:
+                load_variant(c.source)
+            except Exception as exc:
+                bad.append(f"invalid variant {c.source}:\n{exc}")
+    return bad
+
+
+def _run_with_progress(timer, specs, n_cands, stop, budget):
+    """Run the engine under a rich progress bar: one step per case, filled by its budget."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.1f}/{task.total:.0f} cases"),
+               TimeElapsedColumn())
+    with Progress(*columns, transient=True) as progress:
+        task = progress.add_task("bench", total=len(specs))
+
+        def on_round(pos, rounds, elapsed, share):
+            frac = min(0.99, elapsed / share) if share > 0 else 0.99
+            progress.update(task, completed=pos + frac,
+                            description=f"{engine.case_label(specs[pos])}: round {rounds}")
+
+        runs = engine.run_bench(timer, specs, n_cands, stop, budget, on_round=on_round)
+        progress.update(task, completed=len(specs))
+    return runs

@@ -1,0 +1,229 @@
+"""The bench engine on the CPU: ABBA order, stop rules, report, plot, refusal, dry run."""
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+from rich.console import Console
+
+from qrsub import bench, stats
+from qrsub.submit.bench_cmd import bench as bench_cli
+
+STARTER = "task/submission.py"
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class FakeTimer:
+    """Candidate i takes base[i] * (1 + noise) seconds; each call advances the fake clock."""
+
+    def __init__(self, base, clock, noise=None, fail_prepare=(), raise_at=None, fail_finish=()):
+        self.base, self.clock = base, clock
+        self.noise = noise or (lambda i, k: 0.0)
+        self.fail_prepare, self.raise_at, self.fail_finish = set(fail_prepare), raise_at, set(fail_finish)
+        self.calls = []
+
+    def prepare(self, spec, active):
+        return {i: "H contains NaN or Inf" for i in active if i in self.fail_prepare}
+
+    def time(self, cand):
+        k = sum(1 for c in self.calls if c == cand)
+        self.calls.append(cand)
+        if self.raise_at == (cand, k):
+            raise RuntimeError("illegal memory access")
+        self.clock.t += 0.01
+        return self.base[cand] * (1 + self.noise(cand, k))
+
+    def finish(self, spec, active):
+        return {i: "recheck failed" for i in active if i in self.fail_finish}
+
+
+SPEC = {"batch": 20, "n": 32, "cond": 1, "seed": 43214}
+
+
+def test_round_order_alternates():
+    assert [bench.round_order(r, [0, 1]) for r in range(4)] == [[0, 1], [1, 0], [0, 1], [1, 0]]
+    assert bench.round_order(1, [0, 1, 2]) == [2, 1, 0]
+
+
+def test_constant_timings_stop_tight_at_min_reps_in_abba_order():
+    clock = FakeClock()
+    run = bench.run_case(FakeTimer([1.0, 0.9], clock), SPEC, 2, bench.StopRule(min_reps=10), 100.0, clock)
+    assert run.reason == "tight" and run.rounds == 10
+    assert run.order[:8] == [0, 1, 1, 0, 0, 1, 1, 0]
+    assert run.samples == {0: [1.0] * 10, 1: [0.9] * 10}
+
+
+def test_noisy_timings_stop_on_budget_after_floor_reps():
+    clock = FakeClock()
+    noisy = lambda i, k: 0.5 * (k % 2)       # 1.0, 1.5, 1.0, ... never tight
+    rule = bench.StopRule(min_reps=10, floor_reps=3)
+    run = bench.run_case(FakeTimer([1.0, 1.0], clock, noisy), SPEC, 2, rule, 0.0, clock)
+    assert run.reason == "budget" and run.rounds == 3
+    run = bench.run_case(FakeTimer([1.0, 1.0], clock, noisy), SPEC, 2, rule, 0.5, clock)
+    assert run.reason == "budget" and run.rounds == 25   # 2 calls of 0.01 s per round
+
+
+def test_max_reps_caps_a_noisy_case():
+    clock = FakeClock()
+    noisy = lambda i, k: 0.5 * (k % 2)
+    run = bench.run_case(FakeTimer([1.0, 1.0], clock, noisy), SPEC, 2, bench.StopRule(max_reps=7), 1e9, clock)
+    assert run.reason == "max-reps" and run.rounds == 7
+
+
+def test_a_candidate_failing_the_check_is_reported_not_timed():
+    clock = FakeClock()
+    timer = FakeTimer([1.0, 0.9, 0.8], clock, fail_prepare=[1])
+    run = bench.run_case(timer, SPEC, 3, bench.StopRule(), 100.0, clock)
+    assert 1 not in timer.calls and run.failures == {1: "H contains NaN or Inf"}
+    assert set(run.samples) == {0, 2}
+    assert run.order[:4] == [0, 2, 2, 0]
+
+
+def test_a_candidate_raising_mid_case_is_dropped():
+    clock = FakeClock()
+    timer = FakeTimer([1.0, 0.9], clock, raise_at=(1, 4))
+    run = bench.run_case(timer, SPEC, 2, bench.StopRule(), 100.0, clock)
+    assert "illegal memory access" in run.failures[1] and set(run.samples) == {0}
+    assert run.reason == "tight"
+
+
+def test_budget_unused_by_a_tight_case_passes_to_the_next():
+    clock = FakeClock()
+    shares = {}
+    hook = lambda pos, r, e, share: shares.setdefault(pos, share)
+    noisy = lambda i, k: 0.5 * (k % 2)
+    timer = FakeTimer([1.0, 1.0], clock)
+    bench.run_bench(timer, [SPEC, SPEC], 2, bench.StopRule(), 10.0, clock, hook)
+    assert shares[0] == pytest.approx(5.0) and shares[1] == pytest.approx(10.0 - 0.2)  # case 0: 10 rounds x 0.02 s
+    timer = FakeTimer([1.0, 1.0], clock, noisy)
+    runs = bench.run_bench(timer, [SPEC, SPEC, SPEC], 2, bench.StopRule(), 0.3, clock)
+    assert all(r.reason == "budget" for r in runs)
+
+
+def _summary(fail=False):
+    clock = FakeClock()
+    timer = FakeTimer([1e-3, 0.9e-3, 1e-3], clock, noise=lambda i, k: 0.001 * ((k * 7 + i) % 5),
+                      fail_prepare=[2] if fail else [])
+    specs = [SPEC, {"batch": 640, "n": 512, "cond": 2, "seed": 1029, "case": "mixed"}]
+    runs = bench.run_bench(timer, specs, 3, bench.StopRule(), 10.0, clock)
+    return bench.summarize(runs, ["champion", "faster", "same"], device="fake")
+
+
+def test_summary_numbers_and_verdicts():
+    s = _summary()
+    case = s["cases"][0]
+    assert case["label"] == "20x32 dense c1" and case["stop"] == "tight"
+    ref, fast, same = case["results"]
+    assert "ratio" not in ref and fast["verdict"] == stats.FASTER and same["verdict"] == stats.NOISE
+    assert fast["ratio"]["value"] == pytest.approx(0.9, rel=2e-3)
+    assert ref["median_us"] == pytest.approx(1000, rel=3e-3) and ref["lo_us"] <= ref["median_us"] <= ref["hi_us"]
+    g = {x["candidate"]: x for x in s["geomean"]}
+    assert g["faster"]["verdict"] == stats.FASTER and g["faster"]["complete"]
+    assert g["faster"]["ratio"]["value"] == pytest.approx(0.9, rel=2e-3)
+    json.dumps(s)   # JSON-ready
+
+
+def test_report_rendering():
+    console = Console(record=True, width=200)
+    bench.render(_summary(fail=True), console)
+    text = console.export_text()
+    for needle in ("20x32 dense c1", "640x512 mixed c2", "champion", "faster", "FAIL", "H contains NaN or Inf",
+                   "geometric mean", "incomplete", "really faster than champion"):
+        assert needle in text, needle
+
+
+def test_plot_is_a_png(tmp_path):
+    out = tmp_path / "ratios.png"
+    bench.plot(_summary(fail=True), out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_input_count_as_the_harness():
+    assert bench.input_count(20, 32) == 50
+    assert bench.input_count(40, 352) == 13
+    assert bench.input_count(640, 512) == 1
+
+
+def test_cli_refuses_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = CliRunner().invoke(bench_cli, [STARTER, STARTER])
+    assert result.exit_code == 1
+    assert "needs a CUDA GPU" in result.output and "--dry-run" in result.output
+
+
+def test_cli_dry_run_shows_the_plan_anywhere(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = CliRunner().invoke(bench_cli, [STARTER, "variants/champion.yaml", "--dry-run", "--cases", "0-2,case=dense"])
+    assert result.exit_code == 0, result.output
+    for needle in ("submission", "champion", "variant, built first", "cases (3)", "A B | B A", "50 inputs/rep"):
+        assert needle in result.output, needle
+
+
+def test_cli_bad_cases_selector():
+    result = CliRunner().invoke(bench_cli, [STARTER, "--dry-run", "--cases", "99"])
+    assert result.exit_code == 2 and "out of range" in result.output
+
+
+def test_cli_end_to_end_with_a_fake_timer(monkeypatch, tmp_path):
+    """The whole command, the GPU replaced by a fake timer: table, JSON and plot."""
+    clock = FakeClock()
+    monkeypatch.setattr(bench, "require_gpu", lambda: None)
+    monkeypatch.setattr(bench, "HarnessTimer", lambda subs: FakeTimer([1e-3, 0.95e-3], clock))
+    monkeypatch.setattr(bench.time, "monotonic", clock)
+    js, png = tmp_path / "out.json", tmp_path / "out.png"
+    result = CliRunner().invoke(bench_cli, [STARTER, STARTER, "--cases", "0,1", "--json", str(js), "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert "really faster than submission" in result.output
+    data = json.loads(js.read_text())
+    assert data["candidates"] == ["submission", "submission#2"] and len(data["cases"]) == 2
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+BROKEN = {
+    "wrong_shape.py": "import torch\ndef custom_kernel(data):\n    H, tau = torch.geqrf(data)\n    return H, tau[:, :-1]\n",
+    "raises.py": "def custom_kernel(data):\n    raise ValueError('boom')\n",
+    "no_kernel.py": "x = 1\n",
+}
+
+
+def test_harness_timer_checks_before_timing(tmp_path):
+    """The harness path on the CPU (wall-clock timings, allowed for this test only)."""
+    paths = [STARTER]
+    for name, text in BROKEN.items():
+        (tmp_path / name).write_text(text)
+        paths.append(tmp_path / name)
+    timer = bench.HarnessTimer(paths, tag="t", allow_cpu=True)
+    failures = timer.prepare(SPEC, [0, 1, 2, 3])
+    assert set(failures) == {1, 2, 3}
+    assert "tau shape must be (20, 32)" in failures[1]
+    assert "ValueError: boom (raises.py:2)" in failures[2]
+    assert "import failed" in failures[3] and "custom_kernel" in failures[3]
+    assert len(timer.inputs[0]) == bench.input_count(20, 32) == 50
+    assert 0 < timer.time(0) < 1
+    assert timer.finish(SPEC, [0]) == {} and timer.inputs == {}
+
+
+def test_harness_timer_inputs_follow_the_harness_seeds():
+    import importlib
+
+    timer = bench.HarnessTimer([STARTER], tag="s", allow_cpu=True)
+    timer.prepare(SPEC, [0])
+    reference = importlib.import_module("reference")
+    expected = reference.generate_input(20, 32, 1, SPEC["seed"] + 2 * 42)
+    assert torch.equal(timer.inputs[0][1], expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_harness_timer_on_the_gpu():
+    timer = bench.HarnessTimer([STARTER, STARTER])
+    assert timer.prepare(SPEC, [0, 1]) == {}
+    assert 0 < timer.time(0) < 1 and 0 < timer.time(1) < 1
+    assert timer.finish(SPEC, [0, 1]) == {}
