@@ -1,0 +1,379 @@
+"""Run a submission through the qr_v2 harness on this machine, as the service does.
+
+Public API:
+
+    run_local(submission, mode="test", *, cases=None, seed=None, harness=None,
+              timeout=None, max_n=None, keep=False, on_stage=None,
+              on_compile=None, on_stage_start=None, cpu=None,
+              max_repeats=None) -> LocalRun
+        Lay the harness and SUBMISSION in a fresh directory, run the compile
+        pass (`python submission.py`), then `python eval.py MODE cases.txt`
+        with a POPCORN_FD pipe. Mode "leaderboard" runs the stages test,
+        benchmark, leaderboard and stops at the first failing one (as the
+        service's ranked run). CASES is a selector string (see select_cases).
+        Without a GPU only cases with n <= max_n (default 512) run, with
+        TRITON_INTERPRET=1 in the child's environment. ON_STAGE(stage_result)
+        is called as each stage ends, ON_COMPILE(compile_result) after the
+        compile pass, ON_STAGE_START(mode, indices, skipped) before each
+        stage (skipped: (index, spec) pairs over max_n). CPU=None probes for a GPU; True/False forces it. MAX_REPEATS caps
+        the benchmark repetitions (a local-only knob; the service does not cap).
+
+    LocalRun: stages (list[StageResult]), compile (CompileResult), run_dir
+        (kept only with keep=True), cpu (bool), seed, skipped (list of
+        (stage mode, index, spec) left out by max_n); passed.
+    StageResult: mode, report (dict), cases (list[report.CaseResult], indices
+        as in task.yml), exit_code, output_tail, timed_out, timeout_s; passed.
+
+    select_cases(specs, selector) -> list[int]
+        "0,3-5" picks indices; "n=512" or "case=mixed" filters; combinable
+        ("0-9,n=512"). Filters on one key are alternatives, different keys
+        must all hold; case=dense matches specs without a case.
+    has_gpu() -> bool                    whether torch sees a CUDA device
+    load_task(harness=None) -> dict      task.yml as a dict
+    default_harness() -> Path            the package's task/ directory
+    STAGES (mode -> stages), cases_for(task, mode) -> list[dict]
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from qrsub.report import CaseResult, cases_from_report, parse_report
+
+HARNESS_FILES = ("task.py", "utils.py", "reference.py", "eval.py")
+STAGES = {"test": ("test",), "benchmark": ("benchmark",), "profile": ("profile",),
+          "leaderboard": ("test", "benchmark", "leaderboard")}
+TIMEOUT_KEYS = {"test": "test_timeout", "benchmark": "benchmark_timeout",
+                "leaderboard": "ranked_timeout", "profile": "benchmark_timeout"}
+DEFAULT_TIMEOUTS = {"test_timeout": 240, "benchmark_timeout": 480, "ranked_timeout": 900}
+CPU_MAX_N = 512
+TAIL_CHARS = 4000
+
+
+class LocalRunError(Exception):
+    """A problem with the run's inputs (missing file, bad selector), not the submission's verdict."""
+
+
+@dataclass
+class CompileResult:
+    ok: bool
+    message: str = ""
+
+
+@dataclass
+class StageResult:
+    mode: str
+    report: dict = field(default_factory=dict)
+    cases: list = field(default_factory=list)
+    exit_code: int | None = None
+    output_tail: str = ""
+    timed_out: bool = False
+    timeout_s: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and bool(self.cases) and all(c.passed for c in self.cases)
+
+
+@dataclass
+class LocalRun:
+    mode: str
+    stages: list = field(default_factory=list)
+    compile: CompileResult = field(default_factory=lambda: CompileResult(True))
+    run_dir: str | None = None
+    cpu: bool = False
+    seed: int | None = None
+    skipped: list = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        expected = len(STAGES[self.mode])
+        return len(self.stages) == expected and all(s.passed for s in self.stages)
+
+
+# ------------------------------------------------------------- the harness
+
+def default_harness() -> Path:
+    import qrsub.task
+    return Path(qrsub.task.__file__).resolve().parent
+
+
+def _task_yml(harness: Path | None) -> Path:
+    for folder in (harness, default_harness()):
+        if folder is not None and (folder / "task.yml").is_file():
+            return folder / "task.yml"
+    raise LocalRunError(f"no task.yml in {harness or default_harness()}")
+
+
+def load_task(harness: str | Path | None = None) -> dict:
+    path = _task_yml(Path(harness) if harness else None)
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def cases_for(task: dict, mode: str) -> list[dict]:
+    """The service's case list: `tests` for test mode, `benchmarks` for the timed modes."""
+    return list(task["tests"] if mode == "test" else task["benchmarks"])
+
+
+def _format_case(spec: dict) -> str:
+    # Keys in the order task.yml writes them, as the service's test file does.
+    return "; ".join(f"{k}: {v}" for k, v in spec.items())
+
+
+def _lay_out(run_dir: Path, submission: Path, harness: Path | None) -> None:
+    source = harness or default_harness()
+    missing = [name for name in HARNESS_FILES if not (source / name).is_file()]
+    if missing:
+        raise LocalRunError(f"harness {source} lacks {', '.join(missing)}; "
+                            "point --harness at a folder with task.py, utils.py, reference.py and eval.py")
+    for name in HARNESS_FILES:
+        shutil.copyfile(source / name, run_dir / name)
+    shutil.copyfile(_task_yml(harness), run_dir / "task.yml")
+    shutil.copyfile(submission, run_dir / "submission.py")
+
+
+# --------------------------------------------------------------- selection
+
+def _parse_range(token: str, count: int) -> range:
+    lo, _, hi = token.partition("-")
+    try:
+        start, stop = int(lo), int(hi or lo)
+    except ValueError:
+        raise LocalRunError(f"--cases: {token!r} is neither an index, a range like 3-5, "
+                            "nor a filter like n=512") from None
+    if not (0 <= start <= stop < count):
+        raise LocalRunError(f"--cases: {token!r} is out of range (cases are 0..{count - 1})")
+    return range(start, stop + 1)
+
+
+def _matches(spec: dict, key: str, values: set[str]) -> bool:
+    value = spec.get(key, "dense" if key == "case" else None)
+    return str(value).lower() in values
+
+
+def select_cases(specs: list[dict], selector: str | None) -> list[int]:
+    """Indices of SPECS picked by SELECTOR (None or "" picks all)."""
+    indices: set[int] = set()
+    filters: dict[str, set[str]] = {}
+    for token in (t.strip() for t in (selector or "").split(",")):
+        if not token:
+            continue
+        if "=" in token:
+            key, _, value = token.partition("=")
+            filters.setdefault(key.strip(), set()).add(value.strip().lower())
+        else:
+            indices.update(_parse_range(token, len(specs)))
+    return [i for i, spec in enumerate(specs)
+            if (not indices or i in indices)
+            and all(_matches(spec, k, v) for k, v in filters.items())]
+
+
+# ------------------------------------------------------------- processes
+
+def has_gpu() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def _child_env(cpu: bool, seed: int | None, max_repeats: int | None = None) -> dict:
+    env = dict(os.environ)
+    env.pop("POPCORN_SEED", None)
+    if max_repeats is not None:
+        env["QRSUB_EVAL_MAX_REPEATS"] = str(max_repeats)  # local-only cap, see eval.py
+    if seed is not None:
+        env["POPCORN_SEED"] = str(seed)
+    if cpu:
+        env["TRITON_INTERPRET"] = "1"  # Triton kernels run through the interpreter
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _run(cmd: list, cwd: Path, env: dict, timeout: float, log: Path,
+         pass_fds: tuple = ()) -> tuple[int | None, bool]:
+    """Run CMD in its own process group; on timeout kill the whole group (the worker too)."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, pass_fds=pass_fds, start_new_session=True)
+        for fd in pass_fds:
+            os.close(fd)  # the child holds the write end now; EOF comes when it exits
+        try:
+            return proc.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.wait()
+            return None, True
+        finally:
+            _kill_group(proc)  # leftovers (a worker stuck after the parent exited)
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-TAIL_CHARS:]
+    except OSError:
+        return ""
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _compile_pass(run_dir: Path, env: dict, timeout: float) -> CompileResult:
+    """The service runs `python3 submission.py` once first; a failure is reported, not fatal."""
+    log = run_dir / "compile.log"
+    code, timed_out = _run([sys.executable, "submission.py"], run_dir, env, timeout, log)
+    if timed_out:
+        return CompileResult(False, f"`python submission.py` did not finish within {timeout:g} s")
+    if code != 0:
+        return CompileResult(False, f"`python submission.py` exited with {code}: "
+                                    f"{_last_line(_tail(log)) or 'no output'}")
+    return CompileResult(True)
+
+
+def _read_pipe(fd: int, sink: list) -> None:
+    with os.fdopen(fd, "rb") as f:
+        sink.append(f.read())
+
+
+def _run_eval(run_dir: Path, mode: str, env: dict, timeout: float) -> tuple[str, int | None, str, bool]:
+    """`python eval.py MODE cases.txt` with the POPCORN_FD pipe; returns (report text, code, tail, timed out)."""
+    read_fd, write_fd = os.pipe()
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_read_pipe, args=(read_fd, chunks), daemon=True)
+    reader.start()
+    log = run_dir / f"{mode}.log"
+    env = dict(env, POPCORN_FD=str(write_fd))
+    code, timed_out = _run([sys.executable, "eval.py", mode, "cases.txt"], run_dir, env,
+                           timeout, log, pass_fds=(write_fd,))
+    reader.join(timeout=10)
+    return b"".join(chunks).decode(errors="replace"), code, _tail(log), timed_out
+
+
+# ------------------------------------------------------------ the verdicts
+
+def _fill_missing(cases: list, picked: list[int], specs: list[dict], stage: StageResult) -> list:
+    """Cases the report lacks (killed by the timeout, crashed harness) become failures."""
+    have = {c.index for c in cases}
+    why = (f"timed out: the run was killed after {stage.timeout_s:g} s" if stage.timed_out
+           else f"no result: eval.py exited with {stage.exit_code}: "
+                f"{_last_line(stage.output_tail) or 'no output'}")
+    out = list(cases)
+    for local, original in enumerate(picked):
+        if local in have:
+            continue
+        if stage.mode == "leaderboard" and not stage.timed_out and any(not c.passed for c in cases):
+            break  # the ranked run stops at the first failure: later cases were never due
+        out.append(CaseResult(index=local, spec=dict(specs[original]),
+                              spec_text=_format_case(specs[original]), status="fail", error=why))
+        if stage.mode == "profile":
+            break  # profile runs case 0 only
+    for case in out:
+        if case.status is None:  # started, never finished
+            case.status, case.error = "fail", case.error or why
+    return out
+
+
+def _stage_result(mode: str, text: str, code, tail: str, timed_out: bool, timeout: float,
+                  picked: list[int], specs: list[dict]) -> StageResult:
+    stage = StageResult(mode=mode, report=parse_report(text), exit_code=code,
+                        output_tail=tail, timed_out=timed_out, timeout_s=timeout)
+    cases = _fill_missing(cases_from_report(stage.report, mode), picked, specs, stage)
+    for case in cases:  # report indices count the cases file; show task.yml's
+        case.index = picked[case.index] if case.index < len(picked) else case.index
+    stage.cases = sorted(cases, key=lambda c: c.index)
+    return stage
+
+
+def _stage_timeout(task: dict, mode: str, override: float | None) -> float:
+    if override is not None:
+        return float(override)
+    key = TIMEOUT_KEYS[mode]
+    return float(task.get(key, DEFAULT_TIMEOUTS[key]))
+
+
+def _pick(task: dict, mode: str, selector: str | None, max_n: int | None):
+    specs = cases_for(task, mode)
+    picked = select_cases(specs, selector)
+    if mode == "profile":
+        picked = picked[:1]  # the harness profiles the file's first case only
+    skipped = [(i, specs[i]) for i in picked if max_n is not None and specs[i]["n"] > max_n]
+    kept = [i for i in picked if max_n is None or specs[i]["n"] <= max_n]
+    return specs, kept, skipped
+
+
+def run_local(submission: str | Path, mode: str = "test", *, cases: str | None = None,
+              seed: int | None = None, harness: str | Path | None = None,
+              timeout: float | None = None, max_n: int | None = None, keep: bool = False,
+              on_stage: Callable[[StageResult], None] | None = None,
+              on_compile: Callable[[CompileResult], None] | None = None,
+              on_stage_start: Callable[[str, list, list], None] | None = None,
+              cpu: bool | None = None, max_repeats: int | None = None) -> LocalRun:
+    """Run SUBMISSION through the harness in MODE; see the module docstring."""
+    if mode not in STAGES:
+        raise LocalRunError(f"unknown mode {mode!r}; use one of {', '.join(STAGES)}")
+    submission = Path(submission)
+    if not submission.is_file():
+        raise LocalRunError(f"submission {submission} does not exist; build one with "
+                            "`qrsub build VARIANT.yaml` or pass a path")
+    harness = Path(harness).resolve() if harness else None
+    task = load_task(harness)
+    cpu = (not has_gpu()) if cpu is None else cpu
+    if cpu and max_n is None:
+        max_n = CPU_MAX_N
+    run_dir = Path(tempfile.mkdtemp(prefix="qrsub-run-"))
+    result = LocalRun(mode=mode, cpu=cpu, seed=seed, run_dir=str(run_dir) if keep else None)
+    try:
+        _lay_out(run_dir, submission, harness)
+        env = _child_env(cpu, seed, max_repeats)
+        result.compile = _compile_pass(run_dir, env, _stage_timeout(task, "test", timeout))
+        if on_compile:
+            on_compile(result.compile)
+        for stage_mode in STAGES[mode]:
+            stage = _run_stage(run_dir, task, stage_mode, cases, max_n, env, timeout, result,
+                               on_stage_start)
+            if stage is None:
+                break
+            result.stages.append(stage)
+            if on_stage:
+                on_stage(stage)
+            if not stage.passed:
+                break  # as the service: benchmarks only after tests pass, and so on
+    finally:
+        if not keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+def _run_stage(run_dir: Path, task: dict, mode: str, selector, max_n, env, timeout,
+               result: LocalRun, on_start=None) -> StageResult | None:
+    specs, picked, skipped = _pick(task, mode, selector, max_n)
+    result.skipped.extend((mode, i, spec) for i, spec in skipped)
+    if not picked:
+        if not result.stages:
+            raise LocalRunError(f"no {mode} case left to run (selection {selector or 'all'}, "
+                                f"max n {max_n}); pick cases with --cases or raise --max-n")
+        return None
+    if on_start:
+        on_start(mode, picked, skipped)
+    (run_dir / "cases.txt").write_text("".join(_format_case(specs[i]) + "\n" for i in picked))
+    limit = _stage_timeout(task, mode, timeout)
+    text, code, tail, timed_out = _run_eval(run_dir, mode, env, limit)
+    return _stage_result(mode, text, code, tail, timed_out, limit, picked, specs)

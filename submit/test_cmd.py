@@ -1,0 +1,171 @@
+"""`qrsub test --local`: the service's harness, run on this machine."""
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+import click
+
+DEFAULT_SUBMISSION = "build/submission.py"
+
+
+def _parse_seed(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if value.strip().lower() == "random":
+        return secrets.randbelow(2**31 - 1) + 1
+    try:
+        return int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give an integer or `random`", param_hint="--seed")
+
+
+def _build_variant(path: Path) -> Path:
+    """Render a variant .yaml to a temporary submission file."""
+    try:
+        from qrsub.build import build_variant
+    except ImportError as exc:
+        raise click.ClickException(
+            f"cannot build {path}: qrsub.build is not available ({exc}); "
+            "build the submission yourself and pass the .py file") from exc
+    try:
+        built = build_variant(str(path))
+    except Exception as exc:  # VariantError / BuildError carry file, line and fix
+        raise click.ClickException(f"cannot build {path}: {exc}") from exc
+    # build_variant returns the submission's source; accept a path to it as well.
+    if "\n" not in built and Path(built).is_file():
+        return Path(built)
+    out = Path(tempfile.mkdtemp(prefix="qrsub-build-")) / "submission.py"
+    # Nothing half-built stays behind: the folder goes when the command ends.
+    click.get_current_context().call_on_close(lambda: shutil.rmtree(out.parent, ignore_errors=True))
+    out.write_text(built)
+    return out
+
+
+def _resolve_submission(submission: str) -> Path:
+    path = Path(submission)
+    if not path.exists():
+        hint = (" (build one with `qrsub build variants/champion.yaml`, or test the starter: "
+                "`qrsub test --local task/submission.py`)") if submission == DEFAULT_SUBMISSION else ""
+        raise click.ClickException(f"submission {path} does not exist{hint}")
+    if path.suffix in (".yaml", ".yml"):
+        return _build_variant(path)
+    return path
+
+
+def _json_payload(run, submission: Path) -> dict:
+    from qrsub.report import report_to_json
+    return {
+        "submission": str(submission),
+        "mode": run.mode,
+        "passed": run.passed,
+        "cpu": run.cpu,
+        "seed": run.seed,
+        "compile": {"ok": run.compile.ok, "message": run.compile.message},
+        "skipped": [{"stage": m, "index": i, "spec": s} for m, i, s in run.skipped],
+        "stages": [report_to_json(st.cases, st.mode, exit_code=st.exit_code,
+                                  timed_out=st.timed_out, cpu_timings=run.cpu)
+                   for st in run.stages],
+    }
+
+
+def _describe_skipped(skipped) -> str:
+    return ", ".join(f"#{index} ({spec['batch']}x{spec['n']})" for index, spec in skipped)
+
+
+@click.command("test")
+@click.argument("submission", default=DEFAULT_SUBMISSION, metavar="[SUBMISSION]")
+@click.option("--local", "local", is_flag=True, help="Run the harness on this machine (required for now).")
+@click.option("--mode", type=click.Choice(["test", "benchmark", "leaderboard", "profile"]),
+              default="test", show_default=True,
+              help="leaderboard = test, then benchmark, then leaderboard, stopping at the first failure.")
+@click.option("--cases", "selector", metavar="SEL",
+              help="Which cases: indices `0,3-5`, filters `n=512`, `case=mixed`; combinable.")
+@click.option("--seed", "seed_text", metavar="N|random", help="Set POPCORN_SEED (as the service's secret run).")
+@click.option("--harness", type=click.Path(exists=True, file_okay=False),
+              help="Another copy of the harness files (task.py, utils.py, reference.py, eval.py[, task.yml]).")
+@click.option("--timeout", type=float, metavar="S", help="Per-stage timeout in seconds (default: task.yml's).")
+@click.option("--max-n", type=int, metavar="N", help="Largest n to run (default 512 without a GPU).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also write the results as JSON.")
+@click.option("--keep", is_flag=True, help="Keep the run directory and print its path.")
+@click.option("--max-repeats", type=click.IntRange(min=1), metavar="N",
+              help="Cap benchmark repetitions (local only; quick CPU smoke runs).")
+def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, json_path, keep,
+         max_repeats):
+    """Run SUBMISSION (default build/submission.py) through the qr_v2 harness.
+
+    The harness files are laid beside the submission in a fresh directory and
+    `eval.py` runs exactly as on the service (POPCORN_FD report, POPCORN_SEED,
+    task.yml's timeouts). A variant .yaml is built first. Without a GPU the
+    cases with n <= 512 run on the CPU (Triton through its interpreter).
+
+    \b
+    Examples:
+      qrsub test --local                               # build/submission.py, 22 tests
+      qrsub test --local task/submission.py            # the starter (torch.geqrf)
+      qrsub test --local variants/champion.yaml        # build, then test
+      qrsub test --local --cases 0,3-5                 # some cases by index
+      qrsub test --local --cases n=512,case=mixed      # filters, combinable
+      qrsub test --local --mode benchmark --json out.json
+      qrsub test --local --mode leaderboard --seed random
+      qrsub test --local --mode benchmark --max-repeats 5    # quick CPU smoke run
+      qrsub test --local --harness ~/reference-kernels/problems/qr_v2
+
+    Exit status 0 only when every case that ran passed.
+    """
+    from rich.console import Console
+    from rich.markup import escape
+
+    from qrsub.localrun import CPU_MAX_N, LocalRunError, has_gpu, run_local
+    from qrsub.report import render_cases
+
+    if not local:
+        raise click.UsageError("remote testing is `qrsub submit --mode test`; "
+                               "pass --local to run the harness here")
+    seed = _parse_seed(seed_text)
+    path = _resolve_submission(submission)
+    console = Console()
+    cpu = not has_gpu()
+    console.print(f"[bold]{mode}[/bold] {path}" + (f"  POPCORN_SEED={seed}" if seed is not None else ""))
+    if cpu:
+        console.print("[yellow]no GPU: running on the CPU, Triton kernels through its "
+                      "interpreter (TRITON_INTERPRET=1); timings are CPU timings[/yellow]")
+        if mode in ("benchmark", "leaderboard") and max_repeats is None:
+            console.print("[yellow]the timed modes recheck every output after each repetition: "
+                          "on the CPU that takes minutes; --max-repeats 5 makes it quick[/yellow]")
+
+    def show_compile(result) -> None:
+        if not result.ok:
+            console.print("[yellow]compile pass failed (evaluation goes on, as on the service):"
+                          f"[/yellow] {escape(result.message)}")
+
+    def show_start(stage_mode, indices, skipped) -> None:
+        line = f"{stage_mode}: running {len(indices)} case(s)"
+        if skipped:
+            line += f"; skipped (n > {max_n or CPU_MAX_N}): {_describe_skipped(skipped)}"
+        console.print(line)
+
+    def show_stage(stage) -> None:
+        notes = [f"timed out after {stage.timeout_s:g} s"] if stage.timed_out else []
+        render_cases(stage.cases, stage.mode, console=console, cpu_timings=cpu,
+                     title=f"qr_v2 {stage.mode} ({len(stage.cases)} cases)",
+                     verdict_text="pass" if stage.passed else "fail", notes=notes)
+
+    try:
+        run = run_local(path, mode, cases=selector, seed=seed, harness=harness, timeout=timeout,
+                        max_n=max_n, keep=keep, on_stage=show_stage, on_compile=show_compile,
+                        on_stage_start=show_start, cpu=cpu, max_repeats=max_repeats)
+    except LocalRunError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+    if keep:
+        console.print(f"run directory: {run.run_dir}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(_json_payload(run, path), indent=2))
+    color = "green" if run.passed else "red"
+    console.print(f"[bold {color}]{'PASS' if run.passed else 'FAIL'}[/bold {color}] ({mode})")
+    raise SystemExit(0 if run.passed else 1)

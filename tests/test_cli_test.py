@@ -1,0 +1,195 @@
+"""`qrsub test --local` end to end: the starter passes, broken submissions get one clear line."""
+import json
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from qrsub.localrun import HARNESS_FILES, LocalRunError, default_harness, select_cases
+from qrsub.submit.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "harness"
+STARTER = default_harness() / "submission.py"
+TINY_TASK = """\
+test_timeout: 60
+benchmark_timeout: 60
+ranked_timeout: 60
+tests:
+  - {"batch": 2, "n": 8, "cond": 1, "seed": 11}
+  - {"batch": 2, "n": 16, "cond": 0, "seed": 12, "case": "mixed"}
+benchmarks:
+  - {"batch": 2, "n": 8, "cond": 1, "seed": 21}
+"""
+
+
+@pytest.fixture
+def harness(tmp_path):
+    """Our harness files with a tiny task.yml: --harness points here."""
+    folder = tmp_path / "harness"
+    folder.mkdir()
+    for name in HARNESS_FILES:
+        shutil.copyfile(default_harness() / name, folder / name)
+    (folder / "task.yml").write_text(TINY_TASK)
+    return folder
+
+
+def qrsub_test(*args, env=None):
+    runner = CliRunner(env={"COLUMNS": "200", "QRSUB_EVAL_MAX_REPEATS": "2", **(env or {})})
+    result = runner.invoke(main, ["test", *map(str, args)], catch_exceptions=False)
+    return result.exit_code, " ".join(result.output.split())  # rich may wrap: compare words
+
+
+# ------------------------------------------------------------ end to end
+
+def test_starter_passes_with_json_and_keep(harness, tmp_path):
+    out_json = tmp_path / "out.json"
+    code, out = qrsub_test("--local", STARTER, "--harness", harness, "--json", out_json,
+                           "--keep", "--seed", "random")
+    assert code == 0, out
+    assert "no GPU: running on the CPU" in out and "TRITON_INTERPRET=1" in out
+    assert "POPCORN_SEED=" in out
+    assert "qr_v2 test (2 cases)" in out and "verdict: pass" in out and "PASS (test)" in out
+    assert "FAIL" not in out
+    data = json.loads(out_json.read_text())
+    assert data["passed"] is True and data["cpu"] is True and isinstance(data["seed"], int)
+    [stage] = data["stages"]
+    assert [c["status"] for c in stage["cases"]] == ["pass", "pass"]
+    assert all(0 <= c["factor_margin"] < 1 for c in stage["cases"])
+    run_dir = Path(out.split("run directory: ")[1].split()[0])
+    try:
+        assert sorted(p.name for p in run_dir.glob("*.py")) == sorted([*HARNESS_FILES, "submission.py"])
+        assert (run_dir / "cases.txt").read_text() == (
+            "batch: 2; n: 8; cond: 1; seed: 11\nbatch: 2; n: 16; cond: 0; seed: 12; case: mixed\n")
+    finally:
+        shutil.rmtree(run_dir)
+
+
+def test_leaderboard_mode_runs_three_stages_and_max_n_skips(harness):
+    code, out = qrsub_test("--local", STARTER, "--harness", harness, "--mode", "leaderboard",
+                           "--max-n", 8)
+    assert code == 0, out
+    for stage in ("qr_v2 test (1 cases)", "qr_v2 benchmark (1 cases)", "qr_v2 leaderboard (1 cases)"):
+        assert stage in out
+    assert "mean CPU us" in out and "geomean (CPU timings):" in out
+    assert "test: running 1 case(s); skipped (n > 8): #1 (2x16)" in out
+
+
+def test_leaderboard_mode_stops_after_failing_tests(harness):
+    code, out = qrsub_test("--local", FIXTURES / "fails_n16.py", "--harness", harness,
+                           "--mode", "leaderboard")
+    assert code == 1
+    assert "qr_v2 test (2 cases)" in out and "benchmark" not in out.split("qr_v2 test")[1]
+    assert "case 1: factor residual too large: matrix" in out
+    assert "FAIL (leaderboard)" in out
+
+
+@pytest.mark.parametrize("fixture,line", [
+    ("syntax_error.py", "case 0: SyntaxError: expected ':' (submission.py:5)"),
+    ("raises.py", "case 0: RuntimeError: boom from the fixture (submission.py:6 in custom_kernel)"),
+    ("import_error.py", "case 0: ModuleNotFoundError: No module named 'qrsub_no_such_module' "
+                        "(submission.py:2 in <module>)"),
+    ("nan_output.py", "case 0: H contains NaN or Inf"),
+    ("wrong_shape.py", "case 0: tau shape must be (2, 8), got (2, 7)"),
+])
+def test_broken_submission_gets_one_clear_line(harness, fixture, line):
+    code, out = qrsub_test("--local", FIXTURES / fixture, "--harness", harness, "--cases", "0")
+    assert code == 1
+    assert line in out
+    assert "Traceback" not in out
+    assert "FAIL (test)" in out
+
+
+def test_hang_is_killed_at_the_timeout(harness):
+    code, out = qrsub_test("--local", FIXTURES / "hang.py", "--harness", harness,
+                           "--cases", "0", "--timeout", "4")
+    assert code == 1
+    assert "case 0: timed out: the run was killed after 4 s" in out
+
+
+def test_compile_pass_failure_is_reported_and_evaluation_goes_on(harness):
+    code, out = qrsub_test("--local", FIXTURES / "compile_fails.py", "--harness", harness,
+                           "--cases", "case=dense")
+    assert code == 0, out
+    assert "compile pass failed" in out and "compile step exploded" in out
+    assert "qr_v2 test (1 cases)" in out
+
+
+def test_variant_yaml_is_built_first(harness, tmp_path, monkeypatch):
+    variant = tmp_path / "v.yaml"
+    variant.write_text("name: v\n")
+    fake = types.ModuleType("qrsub.build")
+    fake.build_variant = lambda path: STARTER.read_text()
+    monkeypatch.setitem(sys.modules, "qrsub.build", fake)
+    code, out = qrsub_test("--local", variant, "--harness", harness, "--cases", "0")
+    assert code == 0, out
+    assert "qrsub-build-" in out  # the built temporary file is what ran
+
+
+# ------------------------------------------------------- fast error paths
+
+def test_without_local_points_to_submit():
+    code, out = qrsub_test(STARTER)
+    assert code == 2
+    assert "qrsub submit --mode test" in out
+
+
+def test_missing_default_submission_says_how_to_build(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out = qrsub_test("--local")
+    assert code == 1
+    assert "build/submission.py does not exist" in out and "qrsub build" in out
+
+
+def test_variant_without_build_module_is_a_clear_error(tmp_path, monkeypatch):
+    variant = tmp_path / "v.yaml"
+    variant.write_text("name: v\n")
+    monkeypatch.setitem(sys.modules, "qrsub.build", None)  # import fails
+    code, out = qrsub_test("--local", variant)
+    assert code == 1
+    assert f"cannot build {variant}" in out and "qrsub.build" in out
+
+
+def test_bad_seed_and_bad_selector(harness):
+    code, out = qrsub_test("--local", STARTER, "--seed", "abc")
+    assert code == 2 and "--seed" in out
+    code, out = qrsub_test("--local", STARTER, "--harness", harness, "--cases", "7")
+    assert code == 1 and "out of range" in out
+
+
+def test_help_teaches_with_examples():
+    code, out = qrsub_test("--help")
+    assert code == 0
+    for text in ("--local", "--cases 0,3-5", "n=512,case=mixed", "--seed", "--harness", "--max-n"):
+        assert text in out
+
+
+# ------------------------------------------------------------ selection
+
+SPECS = [{"batch": 2, "n": 8, "cond": 0, "seed": 1},
+         {"batch": 2, "n": 16, "cond": 0, "seed": 2, "case": "mixed"},
+         {"batch": 2, "n": 16, "cond": 0, "seed": 3, "case": "rankdef"},
+         {"batch": 2, "n": 32, "cond": 0, "seed": 4, "case": "mixed"}]
+
+
+@pytest.mark.parametrize("selector,expected", [
+    (None, [0, 1, 2, 3]),
+    ("", [0, 1, 2, 3]),
+    ("0,2-3", [0, 2, 3]),
+    ("n=16", [1, 2]),
+    ("case=mixed", [1, 3]),
+    ("case=dense", [0]),
+    ("n=16,case=mixed", [1]),
+    ("n=8,n=32", [0, 3]),
+    ("1-3,case=MIXED", [1, 3]),
+])
+def test_select_cases(selector, expected):
+    assert select_cases(SPECS, selector) == expected
+
+
+@pytest.mark.parametrize("selector", ["9", "2-1", "x", "1-y"])
+def test_select_cases_rejects_bad_tokens(selector):
+    with pytest.raises(LocalRunError, match="--cases"):
+        select_cases(SPECS, selector)
