@@ -3,6 +3,7 @@
 One module per stage, each with its plain-torch reference in `naive.py`:
 
 - `precision`  split-precision tensor-core products (fp32, tf32, tf32x3, fp16x3, fp16x2lo, fp16)
+- `scratch`    buffers allocated once per shape and reused
 - `panel`      one program per matrix factors an L x b panel in registers, building T as it goes
 - `coop`       the cooperative panel: NC programs per matrix share a tall panel's rows
 - `strip`      the fused trailing update C <- C - V (T^T (V^T C))
@@ -17,4 +18,4 @@ modules and a module may only use names defined by modules before it.
 """
 
 # Dependency order: the templater inlines the modules in exactly this order.
-MODULE_ORDER = ("precision", "panel", "coop", "strip", "wy", "blocked", "graphs", "routing")
+MODULE_ORDER = ("precision", "scratch", "panel", "coop", "strip", "wy", "blocked", "graphs", "routing")

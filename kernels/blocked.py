@@ -20,19 +20,7 @@ from .panel import householder_panel, panel_block_sizes
 from .strip import trailing_strip
 from .wy import wy_merge
 from .coop import coop_panel
-
-_SCRATCH = {}
-
-
-def scratch(name: str, shape: tuple, dtype, device, zero: bool = False) -> torch.Tensor:
-    """A buffer allocated once per (name, shape, dtype, device) and reused across calls."""
-    key = (name, shape, dtype, str(device))
-    buf = _SCRATCH.get(key)
-    if buf is None:
-        buf = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
-        _SCRATCH[key] = buf
-    return buf
-
+from .scratch import scratch
 
 def strip_knobs(plan: dict) -> dict:
     return dict(bm=plan["strip_bm"], bn=plan["strip_bn"], stages=plan["strip_stages"],

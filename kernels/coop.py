@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from .panel import column_sums, pick_warps, reflect, store_v
+from .scratch import scratch
 
 
 @triton.jit
@@ -92,8 +93,8 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, num_warps, v_col_off=0, 
     NC = coop_programs_allowed(programs, batch, dst.device)
     BR = triton.next_power_of_2(triton.cdiv(L, NC))
     BB = max(16, triton.next_power_of_2(bw))
-    parts = torch.empty(batch, 2, NC, 2 * BB, dtype=torch.float32, device=dst.device)
-    count = torch.zeros(batch, dtype=torch.int32, device=dst.device)
+    parts = scratch("coop_parts", (batch, 2, NC, 2 * BB), torch.float32, dst.device)
+    count = scratch("coop_count", (batch,), torch.int32, dst.device).zero_()
     coop_panel_kernel[(NC, batch)](
         src, dst, tau, T if T is not None else tau, V, parts, count,
         n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,

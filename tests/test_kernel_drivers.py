@@ -42,10 +42,10 @@ def test_geqrf_driver_is_torch_geqrf():
 
 
 def test_drivers_reuse_scratch_buffers():
-    from qrsub.kernels import blocked
+    from qrsub.kernels import scratch
 
     A = special_matrices(20, batch=2)
     DRIVERS["blocked"](A, plan())
-    count = len(blocked._SCRATCH)
+    count = len(scratch._SCRATCH)
     DRIVERS["blocked"](A, plan())
-    assert len(blocked._SCRATCH) == count
+    assert len(scratch._SCRATCH) == count
