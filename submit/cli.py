@@ -11,6 +11,15 @@ import click
 
 # name -> "module:attribute"; each command module owns one command (or group).
 COMMANDS: dict[str, str] = {
+    "submit": "qrsub.submit.submit_cmd:submit",
+    "submissions": "qrsub.submit.submissions_cmd:submissions",
+    "test": "qrsub.submit.test_cmd:test",
+    "bench": "qrsub.submit.bench_cmd:bench",
+    "sweep": "qrsub.submit.sweep_cmd:sweep",
+    "build": "qrsub.submit.build_cmd:build",
+    "lint": "qrsub.submit.lint_cmd:lint",
+    "variants": "qrsub.submit.variants_cmd:variants",
+    "diff": "qrsub.submit.variants_cmd:diff",
 }
 
 

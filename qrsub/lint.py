@@ -1,0 +1,199 @@
+"""Lint a submission file before the service sees it.
+
+Two kinds of rules:
+
+- hard: the service's own (shared/docs/popcorn-api.md): it refuses the file.
+  `empty`, `size` (> 1,000,000 bytes), `utf8`, `stream` (the word, any case,
+  anywhere), `extension` (.py .cu .cuh .cpp), `directive` (the first block of
+  comment lines: `#!POPCORN leaderboard NAME`, `#!POPCORN gpu NAME...` or
+  `gpus`; a missing argument, an unknown directive or a duplicate is an error).
+- soft (ours, for Python files): `syntax` (the file compiles), `custom-kernel`
+  (defines it), `task-import` (imports from `task`), `import` (only torch,
+  triton, the standard library and task), `directive-placement` (a directive
+  after the first comment block is ignored by the service), `directive-missing`.
+
+    >>> [f"{p.line}: {p.rule}" for p in lint_text("import numpy\\n", "sub.py")]
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_BYTES = 1_000_000
+EXTENSIONS = (".py", ".cu", ".cuh", ".cpp")
+REFUSED_WORD = "stream"
+DIRECTIVE_PREFIXES = ("#!POPCORN", "//!POPCORN")
+# directive -> the key duplicates are counted under (`gpu` and `gpus` are one directive)
+DIRECTIVES = {"leaderboard": "leaderboard", "gpu": "gpu", "gpus": "gpu"}
+ALLOWED_TOP_MODULES = frozenset({"torch", "triton", "task", "__future__"}) | frozenset(sys.stdlib_module_names)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One lint finding. `hard`: the service itself refuses the file for it."""
+
+    line: int
+    rule: str
+    message: str
+    hard: bool
+
+
+def lint_text(text: str, filename: str) -> list[Problem]:
+    """All problems of a submission's text, sorted by line. `filename` decides the extension rule."""
+    problems = _file_rules(text, filename)
+    problems += _refused_word(text)
+    problems += _directives(text)
+    if filename.endswith(".py") and text:
+        problems += _python_rules(text)
+    return sorted(problems, key=lambda p: (p.line, not p.hard, p.rule))
+
+
+def lint_bytes(data: bytes, filename: str) -> list[Problem]:
+    """Lint raw file bytes (undecodable bytes are reported, not fatal)."""
+    return lint_text(data.decode("utf-8", errors="surrogateescape"), filename)
+
+
+def lint_file(path: str | Path) -> list[Problem]:
+    path = Path(path)
+    return lint_bytes(path.read_bytes(), path.name)
+
+
+# ---------------------------------------------------------------------------
+# The service's rules (hard)
+
+
+def _file_rules(text: str, filename: str) -> list[Problem]:
+    out = []
+    size = _byte_size(text)
+    if not size:
+        out.append(Problem(1, "empty", "the file is empty (the service answers 400)", True))
+    if size > MAX_BYTES:
+        out.append(Problem(1, "size", f"{size:,} bytes, over the service's {MAX_BYTES:,} (413)", True))
+    bad_line = _first_non_utf8_line(text)
+    if bad_line:
+        out.append(Problem(bad_line, "utf8", "not valid UTF-8 (the service answers 400)", True))
+    if not filename.endswith(EXTENSIONS):
+        out.append(Problem(1, "extension", f"'{Path(filename).name}' must end in {', '.join(EXTENSIONS)}", True))
+    return out
+
+
+def _byte_size(text: str) -> int:
+    """The file's size in bytes (text from lint_bytes carries bad bytes as surrogate escapes)."""
+    try:
+        return len(text.encode("utf-8", errors="surrogateescape"))
+    except UnicodeEncodeError:
+        return len(text.encode("utf-8", errors="replace"))
+
+
+def _first_non_utf8_line(text: str) -> int | None:
+    """Line of the first character that is not valid UTF-8 (lone surrogates, escaped bad bytes)."""
+    for lineno, line in enumerate(text.split("\n"), 1):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            return lineno
+    return None
+
+
+def _refused_word(text: str) -> list[Problem]:
+    return [Problem(lineno, "stream", f"contains '{REFUSED_WORD}' (any case): the service refuses the file",
+                    True)
+            for lineno, line in enumerate(text.split("\n"), 1) if REFUSED_WORD in line.lower()]
+
+
+def _directive_block(lines: list[str]) -> int:
+    """Number of lines in the first block of comment lines (the only place directives are read)."""
+    count = 0
+    for line in lines:
+        if not (line.startswith("#") or line.startswith("//")):
+            break
+        count += 1
+    return count
+
+
+def _directives(text: str) -> list[Problem]:
+    lines = text.split("\n")
+    block = _directive_block(lines)
+    out, seen = [], {}
+    for lineno, line in enumerate(lines, 1):
+        stripped = line.strip()
+        prefix = next((p for p in DIRECTIVE_PREFIXES if stripped.startswith(p)), None)
+        if prefix is None:
+            continue
+        if lineno > block:
+            out.append(Problem(lineno, "directive-placement", "a directive after the first block of comment "
+                               "lines: the service ignores it (move it to the top)", False))
+            continue
+        words = stripped[len(prefix):].split()
+        if not words:
+            out.append(Problem(lineno, "directive", f"'{prefix}' without a directive; allowed: "
+                               "leaderboard NAME, gpu NAME...", True))
+            continue
+        name, args = words[0], words[1:]
+        if name not in DIRECTIVES:
+            out.append(Problem(lineno, "directive", f"unknown directive '{name}'; allowed: "
+                               f"{', '.join(DIRECTIVES)}", True))
+            continue
+        if not args:
+            out.append(Problem(lineno, "directive", f"'{name}' without an argument", True))
+        key = DIRECTIVES[name]
+        if key in seen:
+            out.append(Problem(lineno, "directive", f"'{name}' again (first at line {seen[key]})", True))
+        else:
+            seen[key] = lineno
+        if key == "leaderboard" and len(args) > 1:
+            out.append(Problem(lineno, "directive", f"'leaderboard' takes one name, got {len(args)}", False))
+    for key in ("leaderboard", "gpu"):
+        if key not in seen:
+            out.append(Problem(1, "directive-missing", f"no '#!POPCORN {key}' directive at the top "
+                               "(the service then needs it on the command line)", False))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Ours (soft): a Python submission the harness can load
+
+
+def _python_rules(text: str) -> list[Problem]:
+    try:
+        tree = ast.parse(text)
+        compile(tree, "submission.py", "exec")
+    except SyntaxError as exc:
+        return [Problem(exc.lineno or 1, "syntax", f"does not compile: {exc.msg}", False)]
+    except ValueError as exc:  # e.g. NUL bytes
+        return [Problem(1, "syntax", f"does not compile: {exc}", False)]
+    out = []
+    if not _binds_top_level(tree, "custom_kernel"):
+        out.append(Problem(1, "custom-kernel", "no top-level `custom_kernel`: the harness calls "
+                           "custom_kernel(data) -> (H, tau)", False))
+    if not any(isinstance(n, ast.ImportFrom) and n.module == "task" and n.level == 0 for n in ast.walk(tree)):
+        out.append(Problem(1, "task-import", "no `from task import input_t, output_t`", False))
+    for node in ast.walk(tree):
+        for module in _imported(node):
+            if module.split(".")[0] not in ALLOWED_TOP_MODULES:
+                out.append(Problem(node.lineno, "import", f"imports '{module}': only torch, triton, the "
+                                   "standard library and task are on the service's runner", False))
+    return out
+
+
+def _imported(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        # A relative import has no package to come from in a one-file submission.
+        return ["." * node.level + (node.module or "")] if node.level else [node.module or ""]
+    return []
+
+
+def _binds_top_level(tree: ast.Module, name: str) -> bool:
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name == name:
+            return True
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+            return True
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name.split(".")[0]) == name for a in stmt.names):
+                return True
+    return False

@@ -1,0 +1,133 @@
+"""`qrsub lint`: each rule on a crafted bad file."""
+from click.testing import CliRunner
+
+from qrsub.lint import MAX_BYTES, lint_bytes, lint_text
+from qrsub.submit.cli import main
+
+GOOD = """\
+#!POPCORN leaderboard qr_v2
+#!POPCORN gpu H200
+# a comment in the block
+import math
+
+import torch
+import triton
+import triton.language as tl
+from task import input_t, output_t
+
+
+def custom_kernel(data: input_t) -> output_t:
+    return torch.geqrf(data)
+"""
+
+
+def rules(text: str, filename: str = "submission.py") -> list[tuple[int, str, bool]]:
+    return [(p.line, p.rule, p.hard) for p in lint_text(text, filename)]
+
+
+def test_a_good_file_is_clean():
+    assert rules(GOOD) == []
+
+
+# --- the service's rules (hard) ----------------------------------------------
+
+
+def test_empty():
+    assert (1, "empty", True) in rules("")
+
+
+def test_size():
+    text = GOOD + "#" * (MAX_BYTES - len(GOOD) + 1) + "\n"
+    assert (1, "size", True) in rules(text)
+    assert rules(GOOD + "#" * (MAX_BYTES - len(GOOD.encode()) - 1) + "\n") == []
+
+
+def test_not_utf8():
+    data = GOOD.encode() + b"# caf\xe9\n"
+    assert (GOOD.count("\n") + 1, "utf8", True) in [(p.line, p.rule, p.hard) for p in lint_bytes(data, "s.py")]
+    assert (1, "utf8", True) in rules("x = '\ud800'\n")
+
+
+def test_the_refused_word_in_any_case_anywhere():
+    text = GOOD + "# upSTREAM note\nx = 'Stream'\n"
+    found = [r for r in rules(text) if r[1] == "stream"]
+    n = GOOD.count("\n")
+    assert found == [(n + 1, "stream", True), (n + 2, "stream", True)]
+
+
+def test_extension():
+    assert (1, "extension", True) in rules(GOOD, "submission.txt")
+    assert all(r[1] != "extension" for ext in (".py", ".cu", ".cuh", ".cpp") for r in rules(GOOD, "s" + ext))
+
+
+def test_directive_without_argument():
+    assert (1, "directive", True) in rules(GOOD.replace("leaderboard qr_v2", "leaderboard"))
+
+
+def test_unknown_directive():
+    assert (2, "directive", True) in rules(GOOD.replace("#!POPCORN gpu H200", "#!POPCORN gpux H200"))
+    assert (2, "directive", True) in rules(GOOD.replace("#!POPCORN gpu H200", "#!POPCORN"))
+
+
+def test_duplicate_directive_including_gpu_and_gpus():
+    assert (3, "directive", True) in rules(GOOD.replace("# a comment", "#!POPCORN leaderboard qr_v2"))
+    assert (3, "directive", True) in rules(GOOD.replace("# a comment", "#!POPCORN gpus B200"))
+
+
+def test_cpp_style_directives_count():
+    text = GOOD.replace("#!POPCORN leaderboard qr_v2", "//!POPCORN leaderboard qr_v2")
+    assert rules(text, "s.cu") == []
+
+
+def test_only_the_first_comment_block_holds_directives():
+    # A blank line ends the block: the gpu directive after it is ignored by the service.
+    text = GOOD.replace("#!POPCORN gpu H200\n", "\n#!POPCORN gpu H200\n")
+    found = rules(text)
+    assert (3, "directive-placement", False) in found
+    assert (1, "directive-missing", False) in found
+    assert not any(hard for _, _, hard in found)
+
+
+# --- ours (soft) --------------------------------------------------------------
+
+
+def test_does_not_compile():
+    assert (14, "syntax", False) in rules(GOOD + "def broken(:\n")
+
+
+def test_missing_custom_kernel():
+    assert (1, "custom-kernel", False) in rules(GOOD.replace("def custom_kernel", "def kernel"))
+
+
+def test_missing_task_import():
+    assert (1, "task-import", False) in rules(GOOD.replace("from task import input_t, output_t\n", ""))
+
+
+def test_imports_outside_torch_triton_stdlib():
+    found = rules(GOOD + "import numpy as np\n\n\ndef f():\n    from cupy import array\n    from .x import y\n")
+    n = GOOD.count("\n")
+    assert (n + 1, "import", False) in found
+    assert (n + 5, "import", False) in found
+    assert (n + 6, "import", False) in found   # a relative import: a one-file submission has no package
+
+
+def test_python_rules_only_for_python():
+    assert rules("__global__ void k() {}\n", "k.cu") == [(1, "directive-missing", False)] * 2
+
+
+# --- the command ----------------------------------------------------------------
+
+
+def test_cli_prints_one_line_per_problem_and_fails(tmp_path):
+    path = tmp_path / "sub.py"
+    path.write_text(GOOD + "# streams\n")
+    result = CliRunner().invoke(main, ["lint", str(path)])
+    assert result.exit_code == 1
+    assert f"{path}:{GOOD.count(chr(10)) + 1}: stream: " in result.output
+    assert "[refused by the service]" in result.output
+
+
+def test_cli_clean_file_exits_zero(tmp_path):
+    path = tmp_path / "sub.py"
+    path.write_text(GOOD)
+    assert CliRunner().invoke(main, ["lint", str(path)]).exit_code == 0

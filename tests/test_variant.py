@@ -1,0 +1,356 @@
+"""The variant schema: accepted files, rejected files (with file:line:col), extends, coverage."""
+from pathlib import Path
+
+import pytest
+
+from qrsub.submit.variants_cmd import diff_variants
+from qrsub.variant import ROUTE_KNOBS, VariantError, load_variant
+
+VARIANTS = Path(__file__).resolve().parent.parent / "variants"
+
+BASE = """\
+gpu: H200
+routes:
+  - name: all
+"""
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def reject(tmp_path: Path, text: str, name: str = "v.yaml") -> str:
+    with pytest.raises(VariantError) as info:
+        load_variant(write(tmp_path, name, text))
+    return str(info.value)
+
+
+# ---------------------------------------------------------------------------
+# Accepted
+
+
+def test_minimal_variant_gets_every_knob_from_the_schema(tmp_path):
+    v = load_variant(write(tmp_path, "mini.yaml", BASE))
+    assert (v.name, v.leaderboard, v.gpu, v.description, v.parents) == ("mini", "qr_v2", "H200", "", ())
+    route = v.routes[0]
+    assert list(route) == ["name", "n_min", "n_max", "batch_min", "batch_max", *(k.key for k in ROUTE_KNOBS)]
+    assert route["n_min"] == 1 and route["n_max"] is None and route["batch_max"] is None
+    assert {k.key: route[k.key] for k in ROUTE_KNOBS} == {k.key: k.default for k in ROUTE_KNOBS}
+    assert v.settings == {"graph_min_numel": 5000, "graph_max_numel": 100_000_000, "clone_outputs": True}
+
+
+def test_full_route_as_the_docs_write_it(tmp_path):
+    text = """\
+leaderboard: qr_v2
+gpu: H200
+description: one line
+settings: {graph_min_numel: 0, clone_outputs: false}
+defaults:
+  panel: {width: 32, num_warps: 4}
+routes:
+  - name: mid
+    n: [64, 383]
+    batch: [1, null]
+    driver: blocked
+    panel: {width: 16, num_warps: [[128, 2], [null, 4]]}
+    strip: {bm: 32, bn: 16, num_stages: 3, num_warps: 2}
+    precision: {project: fp16, tcontract: tf32x3, apply: fp16}
+    twolevel: {outer: 128, far_precision: tf32}
+    coop: {programs: 8, max_rows: 1024}
+    graph: {mode: capture}
+  - name: rest
+"""
+    v = load_variant(write(tmp_path, "full.yaml", text))
+    mid, rest = v.routes
+    assert mid["panel_width"] == 16 and mid["panel_warps"] == [[128, 2], [None, 4]]
+    assert (mid["strip_bm"], mid["strip_bn"], mid["strip_stages"], mid["strip_warps"]) == (32, 16, 3, 2)
+    assert (mid["prec_project"], mid["prec_tcontract"], mid["prec_apply"]) == ("fp16", "tf32x3", "fp16")
+    assert (mid["outer"], mid["far_precision"], mid["coop_programs"], mid["coop_max_rows"]) == (128, "tf32", 8, 1024)
+    assert rest["panel_width"] == 32 and rest["panel_warps"] == 4  # from `defaults`
+    assert v.settings["graph_min_numel"] == 0 and v.settings["clone_outputs"] is False
+    assert v.route_for(100, 3)["name"] == "mid" and v.route_for(384, 3)["name"] == "rest"
+
+
+def test_off_is_a_string_not_yaml_1_1_false(tmp_path):
+    v = load_variant(write(tmp_path, "v.yaml", BASE + "    graph: {mode: off}\n"))
+    assert v.routes[0]["graph"] == "off"
+
+
+def test_a_single_integer_range_is_exact(tmp_path):
+    v = load_variant(write(tmp_path, "v.yaml", BASE.replace("- name: all", "- name: one\n    n: 512")
+                           + "  - name: all\n"))
+    assert (v.routes[0]["n_min"], v.routes[0]["n_max"]) == (512, 512)
+
+
+# ---------------------------------------------------------------------------
+# Rejected: (route lines appended to BASE's route, expected location, expected words)
+
+REJECTS = [
+    ("    drvier: blocked\n", "4:5", ["routes[all].drvier", "did you mean 'driver'", "allowed:"]),
+    ("    panel: {widht: 16}\n", "4:13", ["routes[all].panel.widht", "did you mean 'width'"]),
+    ("    panel_width: 16\n", "4:5", ["did you mean panel.width", "panel: {width: ...}"]),
+    ("    driver: cusolver\n", "4:13", ["routes[all].driver", "'cusolver'", "one of geqrf, blocked, twolevel, coop"]),
+    ("    panel: {width: 24}\n", "4:20", ["panel.width", "got 24", "a power of two in 1..64"]),
+    ("    panel: {width: 128}\n", "4:20", ["panel.width", "power of two in 1..64"]),
+    ("    panel: {width: true}\n", "4:20", ["panel.width", "got True"]),
+    ("    panel: {width: '32'}\n", "4:20", ["panel.width", "got '32'"]),
+    ("    panel: {num_warps: 3}\n", "4:24", ["panel.num_warps", "got 3", "[rows_max, warps]"]),
+    ("    panel: {num_warps: [[256, 4], [128, 2]]}\n", "4:24", ["panel.num_warps", "ascending"]),
+    ("    panel: {num_warps: [[null, 4], [128, 2]]}\n", "4:24", ["panel.num_warps", "only last"]),
+    ("    panel: {num_warps: [[128, 3]]}\n", "4:24", ["panel.num_warps"]),
+    ("    panel: {num_warps: []}\n", "4:24", ["panel.num_warps"]),
+    ("    strip: {bm: 8}\n", "4:17", ["strip.bm", "got 8", "power of two in 16..256"]),
+    ("    strip: {bn: 512}\n", "4:17", ["strip.bn", "16..256"]),
+    ("    strip: {num_stages: 7}\n", "4:25", ["strip.num_stages", "an integer in 1..6"]),
+    ("    strip: {num_warps: 32}\n", "4:24", ["strip.num_warps", "power of two in 1..16"]),
+    ("    precision: {project: bf16}\n", "4:26", ["precision.project", "'bf16'",
+                                                "one of fp32, tf32, tf32x3, fp16x3, fp16x2lo, fp16"]),
+    ("    precision: {apply: fp8}\n", "4:24", ["precision.apply"]),
+    ("    precision: {tcontrac: fp16}\n", "4:17", ["did you mean 'tcontract'"]),
+    ("    twolevel: {outer: 48}\n", "4:23", ["twolevel.outer", "power of two in 32..512"]),
+    ("    twolevel: {outer: 32}\n    panel: {width: 64}\n", "4:23", ["twolevel.outer", "panel.width 64 does not divide twolevel.outer 32"]),
+    ("    twolevel: {far_precision: fp16}\n", "4:31", ["twolevel.far_precision", "one of fp32, tf32"]),
+    ("    coop: {programs: 3}\n", "4:22", ["coop.programs", "power of two in 1..64"]),
+    ("    coop: {max_rows: 32}\n", "4:22", ["coop.max_rows", "an integer >= 64"]),
+    ("    graph: {mode: on}\n", "4:19", ["graph.mode", "'on'", "one of off, capture"]),
+    ("    graph: {mode: concurrent}\n", "4:19", ["graph.mode", "one of off, capture"]),
+    ("    graph: capture\n", "4:12", ["routes[all].graph", "expected a mapping of mode"]),
+    ("    n: [100, 50]\n", "4:8", ["routes[all].n", "max is below min"]),
+    ("    n: big\n", "4:8", ["routes[all].n", "[min, max]"]),
+    ("    batch: [0, 4]\n", "4:12", ["routes[all].batch"]),
+    ("    remove: true\n", "4:5", ["routes[all].remove", "only in a variant that `extends` another"]),
+]
+
+
+@pytest.mark.parametrize("lines,where,words", REJECTS, ids=[r[0].strip() for r in REJECTS])
+def test_route_rejections_name_file_line_column_knob_and_allowed(tmp_path, lines, where, words):
+    message = reject(tmp_path, BASE + lines)
+    assert f"v.yaml:{where}: " in message
+    for word in words:
+        assert word in message
+
+
+TOP_REJECTS = [
+    ("gpu: H200\nrootes: []\nroutes:\n  - name: a\n", "2:1", ["unknown key 'rootes'", "did you mean 'routes'"]),
+    ("routes:\n  - name: a\n", "1:1", ["gpu: missing", "H200"]),
+    ("gpu: H 200\nroutes:\n  - name: a\n", "1:6", ["gpu", "one GPU type"]),
+    ("gpu: H200\nleaderboard: QR V2\nroutes:\n  - name: a\n", "2:14", ["leaderboard"]),
+    ("gpu: H200\ndescription: a streamlined one\nroutes:\n  - name: a\n", "2:14", ["description", "refuses"]),
+    ("gpu: H200\nroutes:\n  - name: my-Stream\n", "3:11", ["routes[my-Stream].name", "refuses"]),
+    ("gpu: H200\nroutes: []\n", "2:9", ["routes", "non-empty list"]),
+    ("gpu: H200\nroutes:\n  - name: a\n  - name: a\n", "4:5", ["duplicate route name"]),
+    ("gpu: H200\ngpu: B200\nroutes:\n  - name: a\n", "2:1", ["duplicate key", "first at line 1"]),
+    ("gpu: H200\nroutes:\n  - name: a\n    panel: {width: [1, 2}\n", "4:", ["yaml:"]),
+    ("gpu: H200\nsettings: {graph_min_numel: -1}\nroutes:\n  - name: a\n", "2:29",
+     ["settings.graph_min_numel", "an integer >= 0"]),
+    ("gpu: H200\nsettings: {clone_outputs: yes}\nroutes:\n  - name: a\n", "2:27",
+     ["settings.clone_outputs", "'yes'", "true or false"]),
+    ("gpu: H200\nsettings: {graph_min: 1}\nroutes:\n  - name: a\n", "2:12", ["did you mean 'graph_min_numel'"]),
+    ("gpu: H200\nsettings: {graph_min_numel: 10, graph_max_numel: 5}\nroutes:\n  - name: a\n", "2:50",
+     ["settings.graph_max_numel", "at least graph_min_numel (10)"]),
+    ("gpu: H200\ndefaults: {panel: {width: 12}}\nroutes:\n  - name: a\n", "2:27", ["routes[a].panel.width"]),
+    ("gpu: H200\ndefaults: {name: x}\nroutes:\n  - name: a\n", "2:12", ["defaults.name", "unknown key"]),
+]
+
+
+@pytest.mark.parametrize("text,where,words", TOP_REJECTS, ids=[t[2][0].replace("gpu", "GPU") for t in TOP_REJECTS])  # "gpu" in an id reads as the marker
+def test_top_level_rejections(tmp_path, text, where, words):
+    message = reject(tmp_path, text)
+    assert f"v.yaml:{where}" in message
+    for word in words:
+        assert word in message
+
+
+def test_empty_file(tmp_path):
+    assert "v.yaml:1:1: variant: the file is empty" in reject(tmp_path, "")
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    message = reject(tmp_path, BASE + "    panel: {width: 24}\n    strip: {bm: 8}\n")
+    assert "v.yaml:4:20" in message and "v.yaml:5:17" in message
+
+
+def test_a_bad_default_is_reported_once_for_many_routes(tmp_path):
+    text = "gpu: H200\ndefaults: {strip: {bm: 7}}\nroutes:\n  - {name: a, n: [1, 9]}\n  - {name: b}\n"
+    with pytest.raises(VariantError) as info:
+        load_variant(write(tmp_path, "v.yaml", text))
+    assert all("v.yaml:2:24" in p for p in info.value.problems)
+
+
+# ---------------------------------------------------------------------------
+# Coverage
+
+
+def test_gap_in_n_is_an_error(tmp_path):
+    message = reject(tmp_path, "gpu: H200\nroutes:\n  - name: a\n    n: [1, 100]\n")
+    assert "v.yaml:3:3: routes: no route covers n in 101..8192, batch in 1..2048" in message
+
+
+def test_gap_in_batch_is_an_error(tmp_path):
+    text = "gpu: H200\nroutes:\n  - {name: a, n: [1, 63]}\n  - {name: b, n: [64, null], batch: [2, null]}\n"
+    assert "no route covers n in 64..8192, batch in 1..1" in reject(tmp_path, text)
+
+
+def test_shadowed_route_is_an_error(tmp_path):
+    text = "gpu: H200\nroutes:\n  - name: all\n  - {name: late, n: [64, 128]}\n"
+    message = reject(tmp_path, text)
+    assert "v.yaml:4:5: routes[late]: never used" in message and "before:" in message
+
+
+# ---------------------------------------------------------------------------
+# extends
+
+
+PARENT = """\
+gpu: H200
+description: parent
+settings: {graph_min_numel: 100}
+routes:
+  - name: small
+    n: [1, 255]
+    panel: {width: 16, num_warps: 2}
+    strip: {bm: 32}
+  - name: big
+    driver: twolevel
+    twolevel: {outer: 256}
+"""
+
+
+def test_child_patches_routes_by_name_and_merges_deeply(tmp_path):
+    write(tmp_path, "parent.yaml", PARENT)
+    child = write(tmp_path, "child.yaml", """\
+extends: parent.yaml
+description: child
+settings: {clone_outputs: false}
+routes:
+  - name: small
+    panel: {width: 32}
+""")
+    v = load_variant(child)
+    small, big = v.routes
+    assert small["panel_width"] == 32 and small["panel_warps"] == 2 and small["strip_bm"] == 32
+    assert (small["n_min"], small["n_max"]) == (1, 255)
+    assert big["driver"] == "twolevel" and big["outer"] == 256
+    assert v.description == "child" and v.gpu == "H200"
+    assert v.settings["graph_min_numel"] == 100 and v.settings["clone_outputs"] is False
+    assert [p.name for p in v.parents] == ["parent.yaml"]
+
+
+def test_new_routes_append_or_go_before_one_and_remove_drops(tmp_path):
+    write(tmp_path, "parent.yaml", PARENT)
+    child = write(tmp_path, "child.yaml", """\
+extends: parent.yaml
+routes:
+  - {name: tiny, n: [1, 31], before: small}
+  - {name: small, remove: true}
+  - {name: mid, n: [32, 511], before: big}
+""")
+    v = load_variant(child)
+    assert [r["name"] for r in v.routes] == ["tiny", "mid", "big"]
+
+
+def test_child_defaults_reach_parent_routes_that_do_not_set_the_knob(tmp_path):
+    write(tmp_path, "parent.yaml", PARENT)
+    v = load_variant(write(tmp_path, "child.yaml", "extends: parent.yaml\ndefaults: {panel: {width: 64}}\n"))
+    assert v.routes[0]["panel_width"] == 16 and v.routes[1]["panel_width"] == 64
+
+
+def test_three_level_chain(tmp_path):
+    write(tmp_path, "parent.yaml", PARENT)
+    write(tmp_path, "child.yaml", "extends: parent.yaml\nroutes:\n  - {name: big, coop: {programs: 4}}\n")
+    v = load_variant(write(tmp_path, "grandchild.yaml", "extends: child.yaml\ngpu: B200\n"))
+    assert [p.name for p in v.parents] == ["child.yaml", "parent.yaml"]
+    assert v.gpu == "B200" and v.routes[1]["coop_programs"] == 4
+
+
+def test_error_in_parent_points_into_the_parent(tmp_path):
+    write(tmp_path, "parent.yaml", PARENT.replace("bm: 32", "bm: 33"))
+    message = reject(tmp_path, "extends: parent.yaml\ndescription: c\n", "child.yaml")
+    assert "parent.yaml:8:17: routes[small].strip.bm" in message
+
+
+def test_error_in_child_override_points_into_the_child(tmp_path):
+    write(tmp_path, "parent.yaml", PARENT)
+    message = reject(tmp_path, "extends: parent.yaml\nroutes:\n  - name: big\n    twolevel: {outer: 100}\n",
+                     "child.yaml")
+    assert "child.yaml:4:23: routes[big].twolevel.outer" in message
+
+
+def test_remove_of_an_unknown_route(tmp_path):
+    write(tmp_path, "parent.yaml", PARENT)
+    message = reject(tmp_path, "extends: parent.yaml\nroutes:\n  - {name: smal, remove: true}\n", "child.yaml")
+    assert "child.yaml:3:18: routes.remove: no route named 'smal'" in message
+
+
+def test_before_an_unknown_route(tmp_path):
+    write(tmp_path, "parent.yaml", PARENT)
+    message = reject(tmp_path, "extends: parent.yaml\nroutes:\n  - {name: x, n: 3, before: nope}\n", "child.yaml")
+    assert "child.yaml:3:29: routes.before: no route named 'nope'" in message
+
+
+def test_extends_cycle_and_missing_parent(tmp_path):
+    write(tmp_path, "a.yaml", "extends: b.yaml\ngpu: H200\n")
+    write(tmp_path, "b.yaml", "extends: a.yaml\n")
+    with pytest.raises(VariantError, match=r"b.yaml:1:10: extends: a cycle: a.yaml -> b.yaml -> a.yaml"):
+        load_variant(tmp_path / "a.yaml")
+    assert "v.yaml:1:10: extends: no such file" in reject(tmp_path, "extends: nothere.yaml\n")
+
+
+# ---------------------------------------------------------------------------
+# The shipped variants
+
+
+SHIPPED = sorted(p.name for p in VARIANTS.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_variants_load(name):
+    v = load_variant(VARIANTS / name)
+    assert v.description and v.routes
+    if name.startswith("champion-"):
+        assert [p.name for p in v.parents] == ["champion.yaml"]
+        assert len((VARIANTS / name).read_text().splitlines()) <= 20  # a few-line diff
+
+
+def test_geqrf_is_the_starter():
+    v = load_variant(VARIANTS / "geqrf.yaml")
+    assert [(r["driver"], r["n_min"], r["n_max"], r["batch_max"]) for r in v.routes] == [("geqrf", 1, None, None)]
+
+
+def test_champion_routes_the_benchmark_shapes():
+    v = load_variant(VARIANTS / "champion.yaml")
+    assert v.gpu == "H200"
+    assert v.route_for(32, 20)["driver"] == "blocked"
+    assert v.route_for(176, 40)["panel_width"] == 16
+    big = v.route_for(512, 640)
+    assert (big["driver"], big["panel_width"], big["graph"]) == ("blocked", 32, "capture")
+    assert v.route_for(1024, 60)["driver"] == "twolevel"
+    assert v.route_for(2048, 8)["driver"] == "coop"
+    assert v.route_for(4096, 2)["coop_programs"] == 4
+
+
+def test_variations_differ_from_the_champion_only_where_they_say():
+    champion = load_variant(VARIANTS / "champion.yaml")
+
+    def diff(name):
+        return diff_variants(champion, load_variant(VARIANTS / name))
+
+    nograph = diff("champion-nograph.yaml")
+    assert len(nograph) == 6 and all(line.endswith("graph: capture -> off") for line in nograph)
+    assert diff("champion-outer32-2048.yaml") == ["route huge: outer: 128 -> 32"]
+    assert any("panel_warps" in line for line in diff("champion-warps-by-batch.yaml"))
+    assert load_variant(VARIANTS / "b200.yaml").gpu == "B200"
+
+
+def test_a_misspelled_patch_is_caught_as_a_shadowed_route(tmp_path):
+    write(tmp_path, "parent.yaml", PARENT)
+    message = reject(tmp_path, "extends: parent.yaml\nroutes:\n  - {name: bigg, coop: {programs: 4}}\n", "child.yaml")
+    assert "child.yaml:3:5: routes[bigg]: never used" in message and "did you mean to patch 'big'?" in message
+
+
+def test_child_routes_must_be_a_list(tmp_path):
+    write(tmp_path, "parent.yaml", PARENT)
+    message = reject(tmp_path, "extends: parent.yaml\nroutes: {name: big}\n", "child.yaml")
+    assert "child.yaml:2:9: routes: expected a list of routes" in message
