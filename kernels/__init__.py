@@ -9,7 +9,7 @@ One module per stage, each with its plain-torch reference in `naive.py`:
 - `strip`      the fused trailing update C <- C - V (T^T (V^T C))
 - `wy`         the WY merge of inner T factors into a two-level block's T
 - `blocked`    drivers: single-level, two-level and cooperative two-level blocked QR
-- `graphs`     CUDA-graph capture per input shape, and the concurrent-groups graph
+- `graphs`     CUDA-graph capture per input shape
 - `routing`    a plan (driver + knobs) per (n, batch), and the public entry `qr_routed`
 
 The generated submission inlines these modules in MODULE_ORDER with their

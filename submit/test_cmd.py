@@ -35,9 +35,6 @@ def _build_variant(path: Path) -> Path:
         built = build_variant(str(path))
     except Exception as exc:  # VariantError / BuildError carry file, line and fix
         raise click.ClickException(f"cannot build {path}: {exc}") from exc
-    # build_variant returns the submission's source; accept a path to it as well.
-    if "\n" not in built and Path(built).is_file():
-        return Path(built)
     out = Path(tempfile.mkdtemp(prefix="qrsub-build-")) / "submission.py"
     # Nothing half-built stays behind: the folder goes when the command ends.
     click.get_current_context().call_on_close(lambda: shutil.rmtree(out.parent, ignore_errors=True))
