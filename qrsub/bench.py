@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from qrsub import stats
 
@@ -486,10 +486,10 @@ _VERDICT_STYLE = {stats.FASTER: "green", stats.SLOWER: "red", stats.NOISE: "dim"
 
 def render(summary: dict, console=None) -> None:
     """Print the per-case table, then the geomean table (rich)."""
-    from rich.console import Console
+    from qrsub.console import make_console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or make_console()
     labels = summary["candidates"]
     table = Table(title=f"qrsub bench: times per call in µs, ratio = candidate / {labels[0]}")
     for col in ("case", "candidate", "median µs", "95% interval µs", "ratio [95%]", "verdict", "reps", "stop"):

@@ -244,11 +244,11 @@ def render_cases(cases, mode: str, console=None, title: str | None = None, *,
                  cpu_timings: bool = False, verdict_text: str | None = None,
                  notes: Iterable[str] = ()) -> None:
     """Print CASES as a rich table, then the geometric mean (timed modes) and the verdict."""
-    from rich.console import Console
+    from qrsub.console import make_console
     from rich.markup import escape
     from rich.table import Table
 
-    console = console or Console()
+    console = console or make_console()
     cases = list(cases)
     timed = any(c.timed for c in cases) or mode in ("benchmark", "leaderboard")
     # Timed modes carry no residuals (their pass has no message): no empty columns.

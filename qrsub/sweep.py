@@ -593,10 +593,10 @@ def best_of(ranked: Sequence[dict]) -> dict | None:
 def render_ranking(ranked: Sequence[dict], labels: dict[str, str], console=None, total_cases: int = 12) -> None:
     """The ranked table: geomean ratio to BASE over the timed cases with its interval,
     the implied score ratio over all TOTAL_CASES, the verdict, the worker."""
-    from rich.console import Console
+    from qrsub.console import make_console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or make_console()
     table = Table(title="qrsub sweep: geomean time / BASE (below 1 is faster), 95% intervals")
     for col in ("#", "candidate", "knobs", "ratio [95%]", "score ratio", "verdict", "real per-case wins/losses",
                 "gpu (worker)"):

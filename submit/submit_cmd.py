@@ -219,11 +219,9 @@ def write_json(path: Path | None, data: dict) -> None:
 
 
 def console():
-    from rich.console import Console
+    from qrsub.console import make_console
 
-    con = Console(highlight=False)
-    if not con.is_terminal and "COLUMNS" not in os.environ:
-        con.width = 160  # logs and pipes: wrap wide tables less than at rich's 80
+    con = make_console(highlight=False)
     return con
 
 

@@ -96,10 +96,10 @@ def _invalid_points(plan: sw.SweepPlan) -> list[tuple[str, str]]:
 
 
 def _run(plan: sw.SweepPlan, devices: list[str], budget: float, target: float, output: Path | None) -> None:
-    from rich.console import Console
+    from qrsub.console import make_console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console()
+    console = make_console()
     sw.emit_variants(plan)
     stop = bench.StopRule(target=target)
     jobs = [c.job(plan.base, plan.bench_cases, budget, stop, plan.run_dir / "build") for c in plan.candidates]

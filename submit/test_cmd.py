@@ -85,7 +85,7 @@ def _describe_skipped(skipped) -> str:
 @click.option("--harness", type=click.Path(exists=True, file_okay=False),
               help="Another copy of the harness files (task.py, utils.py, reference.py, eval.py[, task.yml]).")
 @click.option("--timeout", type=float, metavar="S", help="Per-stage timeout in seconds (default: task.yml's).")
-@click.option("--max-n", type=int, metavar="N", help="Largest n to run (default 512 without a GPU).")
+@click.option("--max-n", type=int, metavar="N", help="Largest n to run without a GPU (default 64: the interpreter is slow; raise it with a larger --timeout).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Also write the results as JSON.")
 @click.option("--keep", is_flag=True, help="Keep the run directory and print its path.")
@@ -114,7 +114,7 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
 
     Exit status 0 only when every case that ran passed.
     """
-    from rich.console import Console
+    from qrsub.console import make_console
     from rich.markup import escape
 
     from qrsub.localrun import CPU_MAX_N, LocalRunError, has_gpu, run_local
@@ -125,7 +125,7 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
                                "pass --local to run the harness here")
     seed = _parse_seed(seed_text)
     path = _resolve_submission(submission)
-    console = Console()
+    console = make_console()
     cpu = not has_gpu()
     console.print(f"[bold]{mode}[/bold] {path}" + (f"  POPCORN_SEED={seed}" if seed is not None else ""))
     if cpu:
