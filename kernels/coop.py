@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .panel import column_sums, pick_warps, reflect, store_v
+from .panel import column_sums, load_slice, pick_warps, reflect, store_v
 from .scratch import scratch
 
 
@@ -38,11 +38,7 @@ def coop_panel_kernel(
     pid = tl.program_id(1).to(tl.int64)
     rows = p * BR + tl.arange(0, BR)
     cols = tl.arange(0, BB)
-    in_panel = (rows[:, None] < L) & (cols[None, :] < bw)
-    offs = panel_off + rows[:, None] * n + cols[None, :]
-    P = tl.load(src_ptr + pid * n * n + offs, mask=in_panel, other=0.0)
-    T = tl.zeros((BB, BB), dtype=tl.float32)
-    taus = tl.zeros((BB,), dtype=tl.float32)
+    P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB)
     PW: tl.constexpr = 2 * BB
     parts = part_ptr + pid * 2 * NC * PW
     for k in range(0, bw):

@@ -62,6 +62,16 @@ def reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k):
 
 
 @triton.jit
+def load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB: tl.constexpr):
+    """The panel rows `rows` of matrix pid (zero outside L x bw), with their offsets and
+    mask for the final store, and the zero T and tau the reflector loop starts from."""
+    in_panel = (rows[:, None] < L) & (cols[None, :] < bw)
+    offs = panel_off + rows[:, None] * n + cols[None, :]
+    P = tl.load(src_ptr + pid * n * n + offs, mask=in_panel, other=0.0)
+    return P, offs, in_panel, tl.zeros((BB, BB), dtype=tl.float32), tl.zeros((BB,), dtype=tl.float32)
+
+
+@triton.jit
 def store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld):
     """V of the panel slice P (unit diagonal, zeros above and past bw) into the V buffer."""
     V = tl.where(rows[:, None] > cols[None, :], P, tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
@@ -92,11 +102,7 @@ def householder_panel_kernel(
     pid = tl.program_id(0).to(tl.int64)
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
-    in_panel = (rows[:, None] < L) & (cols[None, :] < bw)
-    offs = panel_off + rows[:, None] * n + cols[None, :]
-    P = tl.load(src_ptr + pid * n * n + offs, mask=in_panel, other=0.0)
-    T = tl.zeros((BB, BB), dtype=tl.float32)
-    taus = tl.zeros((BB,), dtype=tl.float32)
+    P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB)
     for k in range(0, bw):
         x, tail, row_k, proj = column_sums(P, rows, cols, k)
         P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k)

@@ -117,13 +117,18 @@ def parse_report(text: str) -> dict[str, str]:
     return report
 
 
+def _pairs(text: str, sep: str):
+    """(key, value) of each `key<sep>value` in a `;`-separated list, stripped."""
+    for part in text.split(";"):
+        if sep in part:
+            key, value = part.split(sep, 1)
+            yield key.strip(), value.strip()
+
+
 def parse_spec(text: str) -> dict[str, Any]:
     """`batch: 16; n: 512; case: rankdef` -> {"batch": 16, "n": 512, "case": "rankdef"}."""
     spec: dict[str, Any] = {}
-    for part in text.split(";"):
-        if ":" not in part:
-            continue
-        key, value = (s.strip() for s in part.split(":", 1))
+    for key, value in _pairs(text, ":"):
         spec[key] = _number(value) if _number(value) is not None else value
     return spec
 
@@ -131,10 +136,7 @@ def parse_spec(text: str) -> dict[str, Any]:
 def parse_pass_message(message: str) -> dict[str, float]:
     """The checker's `name=value; ...` pass message as floats (non-numbers skipped)."""
     values: dict[str, float] = {}
-    for part in message.split(";"):
-        if "=" not in part:
-            continue
-        key, value = (s.strip() for s in part.split("=", 1))
+    for key, value in _pairs(message, "="):
         number = _number(value)
         if number is not None:
             values[key] = float(number)
