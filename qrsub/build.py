@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import os
 import pprint
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
+from qrsub.files import write_atomic
 from qrsub.variant import Variant, load_variant
 
 # The service refuses any file containing this word, in any case.
@@ -384,14 +383,3 @@ def write_build(variant: str | Path | Variant, out: str | Path = "build/submissi
     return write_atomic(Path(out), text)
 
 
-def write_atomic(out: Path, text: str) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out

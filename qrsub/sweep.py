@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from qrsub import bench, stats
+from qrsub.files import write_atomic
 
 SEEDS_FOR_PRECISION = (None, 1, 2, 3)   # None: the cases' own seeds
 DEFAULT_RUNNER = "qrsub.sweep:run_job"
@@ -215,14 +216,6 @@ def variant_text(base: Path, point: Point, out_path: Path, description: str | No
     return header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write PATH whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 # --------------------------------------------------------------------- gating
 
 @dataclass
@@ -260,44 +253,27 @@ def _route_name(variant, spec: dict) -> str | None:
         return None
 
 
-def mix_seed(seed: int, popcorn_seed: int | None) -> int:
-    """The harness's POPCORN_SEED mixing: a + (a+s)(a+s+1)//2."""
-    if popcorn_seed is None:
-        return seed
-    return seed + (seed + popcorn_seed) * (seed + popcorn_seed + 1) // 2
-
-
 def run_gate(submission: Path, plan: GatePlan, log: Callable[[str], None] = print) -> tuple[bool, str]:
     """Run the gate's test cases; (passed, message of the first failure or a summary)."""
-    tests = bench.load_cases("tests")
-    runner = _localrun_gate() or _inprocess_gate
     for seed in plan.seeds:
-        ok, message = runner(submission, [tests[i] for i in plan.cases], plan.cases, seed, log)
+        ok, message = _harness_gate(submission, plan.cases, seed, log)
         if not ok:
             where = "default seeds" if seed is None else f"POPCORN_SEED={seed}"
             return False, f"{where}: {message}"
     return True, f"{len(plan.cases)} test(s) x {len(plan.seeds)} seed(s) passed"
 
 
-def _localrun_gate():
-    """The harness's own test mode (eval.py in a subprocess) through qrsub.localrun.
+def _harness_gate(submission, indices, seed, log) -> tuple[bool, str]:
+    """The harness's own test mode (eval.py in a subprocess) through qrsub.localrun:
+    a kernel that crashes or corrupts CUDA state takes down the harness's process,
+    not the worker that times the other candidates."""
+    from qrsub.localrun import run_local
 
-    Preferred: a kernel that crashes or corrupts CUDA state takes down the
-    harness's process, not the worker that times the other candidates.
-    """
-    try:
-        from qrsub.localrun import run_local
-    except ImportError:
-        return None
-
-    def gate(submission, specs, indices, seed, log):
-        run = run_local(str(submission), mode="test", cases=",".join(map(str, indices)), seed=seed)
-        for stage in run.stages:
-            for c in stage.cases:
-                log(f"  test {c.index} {c.spec_text}: {c.status}")
-        return local_verdict(run)
-
-    return gate
+    run = run_local(str(submission), mode="test", cases=",".join(map(str, indices)), seed=seed)
+    for stage in run.stages:
+        for c in stage.cases:
+            log(f"  test {c.index} {c.spec_text}: {c.status}")
+    return local_verdict(run)
 
 
 def local_verdict(run) -> tuple[bool, str]:
@@ -314,28 +290,6 @@ def local_verdict(run) -> tuple[bool, str]:
         return False, f"timed out after {stage.timeout_s:g} s"
     tail = stage.output_tail.strip().splitlines()
     return False, f"harness exit {stage.exit_code}: {tail[-1] if tail else 'no output'}"
-
-
-def _inprocess_gate(submission, specs, indices, seed, log) -> tuple[bool, str]:
-    """Test mode in this process: generate, call on a clone, synchronize, check."""
-    import torch
-
-    module = bench.load_submission(Path(submission), f"_qrsub_gate_{Path(submission).stem}")
-    reference = __import__("reference")   # the harness's, on sys.path through load_submission
-    for i, spec in zip(indices, specs):
-        data = reference.generate_input(spec["batch"], spec["n"], spec["cond"], mix_seed(spec["seed"], seed),
-                                        spec.get("case", "dense"))
-        try:
-            out = module.custom_kernel(data.clone())
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            ok, message = reference.check_implementation(data, out)
-        except Exception as exc:
-            ok, message = False, bench._error_text(exc)
-        log(f"  test {i} {bench.case_label(spec)}: {'pass' if ok else 'FAIL ' + message}")
-        if not ok:
-            return False, f"test {i} ({bench.case_label(spec)}): {message}"
-    return True, ""
 
 
 # ----------------------------------------------------------------------- jobs

@@ -45,7 +45,7 @@ def build(variant: str, out: str) -> None:
       qrsub build b200 -o - | less
       qrsub build champion && qrsub test --local  # then the local harness
     """
-    from qrsub.build import write_atomic
+    from qrsub.files import write_atomic
     from qrsub.lint import lint_text
 
     text, notes, loaded = build_or_fail(variant)

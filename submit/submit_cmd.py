@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Callable
 
 import click
 
+from qrsub.files import write_atomic
 from qrsub.submit.client import (CLI_ID_HEADER, MODES, Accepted, ApiError, Client,
                                  JobFailed, ServiceError, TransportError, WaitTimeout,
                                  job_status, queued_jobs, submission_path)
@@ -212,10 +212,7 @@ def write_json(path: Path | None, data: dict) -> None:
     """Write DATA to PATH whole or not at all (a temporary file, then a rename)."""
     if path is None:
         return
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    write_atomic(Path(path), json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def console():

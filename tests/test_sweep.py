@@ -93,10 +93,6 @@ def test_gate_plans():
     assert sw.gate_plan(knob, tests, None).cases == [0, 1, 2]
 
 
-def test_popcorn_seed_mixing():
-    assert sw.mix_seed(10, None) == 10
-    assert sw.mix_seed(10, 2) == 10 + 12 * 13 // 2
-
 
 def test_device_assignment():
     assert sw.assign_devices(2, ["0", "1"]) == ["0", "1"]
