@@ -2,9 +2,8 @@
 
 - `qr_blocked`: single level. Panel j, then one fused strip over all trailing columns.
 - `qr_twolevel`: inner panels of width b inside outer blocks of O columns; strips
-  update the block's own columns, then one wide block reflector with K = O
-  updates the far columns with the merged block T: batched GEMMs through cuBLAS
-  (tf32 allowed by the plan), or the fused strip kernel with BB = O.
+  update the block's own columns, then one batched GEMM with K = O (cuBLAS,
+  tf32 allowed by the plan) updates the far columns with the merged block T.
 - `qr_coop_twolevel`: the two-level driver whose tall panels use the cooperative
   panel (several programs per matrix).
 - `qr_geqrf`: torch.geqrf, the service's starter.
@@ -65,23 +64,14 @@ def matmul_tf32(allowed: bool):
         torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-def far_update(src, H, Vb, Tb, J, ob, plan):
-    """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)) with Y = Vb[:, J:, :ob]:
-    one wide block reflector, through cuBLAS or through the fused strip (BB = ob)."""
-    n = H.shape[1]
-    if plan["far_update"] == "strip":
-        prec = plan["far_precision"]
-        knobs = dict(strip_knobs(plan), prec_project=prec, prec_t="fp32", prec_apply=prec)
-        trailing_strip(src, H, Vb, Tb, J, J + ob, n - J - ob, **knobs)
-        return
-    Y = Vb[:, J:, :ob]
+def far_update(src, H, Y, Tb, J, ob):
+    """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)): one wide block reflector."""
     C = src[:, J:, J + ob:]
+    W = torch.bmm(Tb.transpose(1, 2), torch.bmm(Y.transpose(1, 2), C))
     out = H[:, J:, J + ob:]
-    with matmul_tf32(plan["far_precision"] == "tf32"):
-        W = torch.bmm(Tb.transpose(1, 2), torch.bmm(Y.transpose(1, 2), C))
-        if src is not H:
-            out.copy_(C)
-        out.baddbmm_(Y, W, alpha=-1.0)
+    if src is not H:
+        out.copy_(C)
+    out.baddbmm_(Y, W, alpha=-1.0)
 
 
 def qr_twolevel(A: torch.Tensor, plan: dict, panel=None):
@@ -107,10 +97,10 @@ def qr_twolevel(A: torch.Tensor, plan: dict, panel=None):
         ob = min(O, n - J)
         far = J + ob < n
         Vb[:, J:J + ob].zero_()  # rows above each inner diagonal must read as zero
-        src = A if J == 0 else H  # before the first far update, columns right of block 0 live in A
         widths = []
         for j in range(J, J + ob, b):
             bw = min(b, J + ob - j)
+            src = A if J == 0 else H
             src_panel = A if j == 0 else H
             BB = panel_block_sizes(1, bw)[1]
             Ti = Tin[:, len(widths), :BB, :BB]
@@ -121,8 +111,10 @@ def qr_twolevel(A: torch.Tensor, plan: dict, panel=None):
                 trailing_strip(A if j == 0 else H, H, Vb, Ti, j, j + bw, J + ob - j - bw,
                                v_col_off=j - J, **knobs)
         if far:
-            wy_merge(Vb[:, J:, :ob], Tin, widths, Tb[:, :ob, :ob])
-            far_update(src, H, Vb, Tb[:, :ob, :ob], J, ob, plan)
+            Y = Vb[:, J:, :ob]
+            wy_merge(Y, Tin, widths, Tb[:, :ob, :ob])
+            with matmul_tf32(plan["far_precision"] == "tf32"):
+                far_update(src, H, Y, Tb[:, :ob, :ob], J, ob)
     return H, tau
 
 

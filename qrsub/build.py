@@ -305,7 +305,7 @@ def route_line(r: dict) -> str:
                   f"strip {r['strip_bm']}x{r['strip_bn']} s{r['strip_stages']} w{r['strip_warps']}",
                   f"prec {r['prec_project']}/{r['prec_tcontract']}/{r['prec_apply']}"]
     if r["driver"] in ("twolevel", "coop"):
-        parts.append(f"outer {r['outer']} far {r['far_update']} {r['far_precision']}")
+        parts.append(f"outer {r['outer']} far {r['far_precision']}")
     if r["driver"] == "coop":
         parts.append(f"coop {r['coop_programs']}x rows<={r['coop_max_rows']}")
     parts.append(f"graph {r['graph']}")

@@ -247,10 +247,8 @@ ROUTE_KNOBS: tuple[Knob, ...] = (
     Knob("prec_apply", ("precision", "apply"), "tf32x3", _one_of(*PRECISIONS), "precision of V tmp2"),
     Knob("outer", ("twolevel", "outer"), 128, _pow2(32, 512), "two-level outer block O (a multiple of panel.width)"),
     # fp32 by default: tf32 in the far update was measured safe only at n >= 1024.
-    Knob("far_update", ("twolevel", "far_update"), "cublas", _one_of("cublas", "strip"),
-         "engine of the far update: three cuBLAS products, or the fused strip kernel with BB = outer"),
-    Knob("far_precision", ("twolevel", "far_precision"), "fp32", _one_of(*PRECISIONS),
-         "precision of the far update (cuBLAS takes fp32 or tf32; the strip any precision)"),
+    Knob("far_precision", ("twolevel", "far_precision"), "fp32", _one_of("fp32", "tf32"),
+         "precision of the cuBLAS far update"),
     Knob("coop_programs", ("coop", "programs"), 8, _pow2(1, 64), "programs per matrix in the cooperative panel"),
     Knob("coop_max_rows", ("coop", "max_rows"), 1024, _int_range(64, None),
          "panels up to this height use the one-program panel"),
@@ -541,11 +539,6 @@ def _check_invariants(flat: dict, route: LMap, defaults: LMap, errors: _Errors, 
         errors.add(_loc_of(path, route, defaults), f"{where}{'.'.join(path)}",
                    f"panel.width {width} does not divide twolevel.outer {outer}; allowed: an outer block "
                    "that is a multiple of panel.width (inner panels tile the outer block)")
-    if flat["far_update"] == "cublas" and flat["far_precision"] not in ("fp32", "tf32", None):
-        path = ("twolevel", "far_precision")
-        errors.add(_loc_of(path, route, defaults), f"{where}twolevel.far_precision",
-                   f"got {flat['far_precision']!r} with far_update cublas; allowed: fp32 or tf32 "
-                   "(or far_update: strip for the split precisions)")
 
 
 def _check_cover(routes: list[dict], locs: list[Loc], where: Loc, errors: _Errors) -> None:

@@ -10,7 +10,7 @@ def plan(**knobs) -> dict:
     base = dict(name="test", n_min=1, n_max=None, batch_min=1, batch_max=None, driver="blocked",
                 panel_width=16, panel_warps=4, strip_bm=16, strip_bn=16, strip_stages=2, strip_warps=4,
                 prec_project="fp32", prec_tcontract="fp32", prec_apply="fp32", outer=32,
-                far_update="cublas", far_precision="fp32", coop_programs=1, coop_max_rows=64, graph="off")
+                far_precision="fp32", coop_programs=1, coop_max_rows=64, graph="off")
     base.update(knobs)
     return base
 

@@ -41,8 +41,6 @@ def test_cooperative_panel_with_several_programs(programs):
     ("blocked", 200, dict(panel_width=16, strip_bm=32, strip_bn=16)),
     ("blocked", 520, dict(panel_width=32, strip_bm=32, strip_bn=64, panel_warps=[[256, 4], [None, 8]])),
     ("twolevel", 1100, dict(panel_width=16, outer=128, strip_bm=64, strip_bn=32, far_precision="tf32", panel_warps=[[None, 8]])),
-    ("twolevel", 1100, dict(panel_width=16, outer=128, strip_bm=64, strip_bn=32, far_update="strip",
-                            far_precision="fp16x3", panel_warps=[[None, 8]])),
     ("coop", 1600, dict(panel_width=32, outer=256, coop_programs=4, coop_max_rows=512, strip_bm=64, strip_bn=32, panel_warps=[[None, 8]])),
 ])
 @pytest.mark.parametrize("prec", ["fp16x3", "tf32x3"])
