@@ -257,7 +257,7 @@ def run_case(timer: Timer, spec: dict, n_cands: int, stop: StopRule, budget: flo
                 run.samples[i].append(timer.time(i))
                 run.order.append(i)
             except Exception as exc:  # a kernel that dies mid-timing fails this case only
-                run.failures[i] = _error_text(exc)
+                run.failures[i] = error_text(exc)
         active = [i for i in active if i not in run.failures]
         # a candidate that failed mid-case loses its samples: ratios need whole rounds
         run.samples = {i: run.samples[i] for i in active}
@@ -292,7 +292,7 @@ def run_bench(timer: Timer, specs: Sequence[dict], n_cands: int, stop: StopRule,
     return runs
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     """The exception's last line, with the submission's file:line when there is one."""
     import traceback
 
@@ -338,7 +338,7 @@ class HarnessTimer:
                 self.kernels.append(module.custom_kernel)
             except Exception as exc:  # reported per case as a failure, never timed
                 self.kernels.append(None)
-                self.load_errors[i] = f"import failed: {_error_text(exc)}"
+                self.load_errors[i] = f"import failed: {error_text(exc)}"
         harness_on_path()
         reference = importlib.import_module("reference")  # the harness's own generator and checker
         self.generate_input = reference.generate_input
@@ -368,7 +368,7 @@ class HarnessTimer:
                     self.time(i)   # warm-up repetition, discarded (compiles, fills caches)
                     problem = self._check(self.inputs[i], self.outputs[i])
             except Exception as exc:
-                problem = _error_text(exc)
+                problem = error_text(exc)
             if problem:
                 failures[i] = problem
                 self._drop(i)

@@ -12,9 +12,9 @@ The flow for `qrsub sweep BASE.yaml --set mid.strip.bn=32,64 --set mid.panel.num
 4. rank by the geometric-mean ratio; write the best as a variant extending
    BASE (only when it is really faster than BASE).
 
-Candidates run on a worker pool: one worker process per GPU with
-CUDA_VISIBLE_DEVICES set to that GPU, each logging to its own file, jobs
-handed out from one queue and results merged. With one GPU there is one
+Candidates run on the worker pool of `qrsub.pool`: one worker process per GPU
+with CUDA_VISIBLE_DEVICES set to that GPU, each logging to its own file, jobs
+handed out from one queue and results merged; `run_job` is what each worker runs. With one GPU there is one
 worker and candidates run serially; `--workers N` forces N workers (on one
 GPU they share it, which exercises the pool, not the timings).
 """
@@ -23,13 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import queue
-import subprocess
-import sys
-import threading
-import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -331,7 +325,7 @@ def run_job(job: dict, log: Callable[[str], None]) -> dict:
     try:
         base_sub, cand_sub = _build(job["base"], build_dir), _build(job["variant"], build_dir)
     except Exception as exc:
-        return {**result, "stage": "build", "error": bench._error_text(exc)}
+        return {**result, "stage": "build", "error": bench.error_text(exc)}
     log(f"gate {job['name']}: tests {job['gate']['cases']} seeds {job['gate']['seeds']}")
     ok, message = run_gate(cand_sub, GatePlan(job["gate"]["cases"], job["gate"]["seeds"], ""), log)
     result["gate"] = {"ok": ok, "message": message}
@@ -346,160 +340,6 @@ def run_job(job: dict, log: Callable[[str], None]) -> dict:
     runs = bench.run_bench(timer, specs, 2, stop, cfg["budget"], on_round=hook)
     summary = bench.summarize(runs, ["BASE", job["name"]], device=bench.device_name(), case_indices=cfg["cases"])
     return {**result, "stage": "bench", "summary": summary}
-
-
-# ----------------------------------------------------------------------- pool
-
-def visible_devices() -> list[str]:
-    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries ([] without CUDA)."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [d.strip() for d in env.split(",") if d.strip()]
-    try:
-        import torch
-
-        return [str(i) for i in range(torch.cuda.device_count())]
-    except Exception:
-        return []
-
-
-def assign_devices(n_workers: int, devices: Sequence[str]) -> list[str]:
-    """Worker i runs on devices[i mod len]: one per GPU, or several sharing when forced."""
-    if not devices:
-        raise SweepError("no GPU to give the workers")
-    if n_workers < 1:
-        raise SweepError(f"--workers must be at least 1, got {n_workers}")
-    return [devices[i % len(devices)] for i in range(n_workers)]
-
-
-def worker_env(device: str, base: dict | None = None) -> dict:
-    """The environment of a worker pinned to DEVICE (it sees it as cuda:0)."""
-    env = dict(os.environ if base is None else base)
-    env["CUDA_VISIBLE_DEVICES"] = device
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-@dataclass
-class Worker:
-    index: int
-    device: str
-    log_path: Path
-    runner: str
-    proc: subprocess.Popen | None = None
-    jobs_done: list[str] = field(default_factory=list)
-
-    def start(self) -> None:
-        log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "qrsub.sweep", "worker", self.runner],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-            env=worker_env(self.device))
-        log.close()   # the child holds its own handle
-
-    def run(self, job: dict) -> dict:
-        """Send JOB, wait for its result; a dead worker yields an error and is restarted."""
-        if self.proc is None or self.proc.poll() is not None:
-            self.start()
-        start = time.monotonic()
-        try:
-            self.proc.stdin.write(json.dumps(job) + "\n")
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        except (BrokenPipeError, OSError):
-            line = ""
-        if not line:
-            code = self.proc.wait()
-            self.proc = None
-            result = {"name": job.get("name"), "stage": "worker",
-                      "error": f"worker {self.index} died (exit {code}); see {self.log_path}"}
-        else:
-            result = json.loads(line)
-        self.jobs_done.append(str(job.get("name")))
-        return {**result, "worker": self.index, "cuda_visible_devices": self.device,
-                "log": str(self.log_path), "wall_s": time.monotonic() - start}
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-
-def run_pool(jobs: Sequence[dict], devices: Sequence[str], log_dir: Path, runner: str = DEFAULT_RUNNER,
-             on_result: Callable[[dict], None] | None = None) -> list[dict]:
-    """Run JOBS on one worker per entry of DEVICES (a device may repeat); results in job order.
-
-    Jobs go out from one queue, so a fast worker takes more of them.
-    """
-    log_dir.mkdir(parents=True, exist_ok=True)
-    workers = [Worker(i, d, log_dir / f"worker-{i}-gpu{d}.log", runner) for i, d in enumerate(devices)]
-    todo: queue.Queue = queue.Queue()
-    for k, job in enumerate(jobs):
-        todo.put((k, job))
-    results: list[dict | None] = [None] * len(jobs)
-    lock = threading.Lock()
-
-    def drain(worker: Worker) -> None:
-        try:
-            while True:
-                try:
-                    k, job = todo.get_nowait()
-                except queue.Empty:
-                    return
-                result = worker.run(job)
-                with lock:
-                    results[k] = result
-                    if on_result:
-                        on_result(result)
-        finally:
-            worker.stop()
-
-    threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return [r for r in results if r is not None]
-
-
-def _worker_main(runner: str) -> int:
-    """A worker: read JSON jobs from stdin, answer one JSON line each on the real stdout.
-
-    Anything else printed (by submissions, Triton, torch) goes to the log
-    (stderr), so it cannot corrupt the protocol.
-    """
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = os.fdopen(1, "w", buffering=1)
-    module_name, attr = runner.split(":")
-    fn = getattr(__import__(module_name, fromlist=[attr]), attr)
-    pid, device = os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES", "")
-
-    def log(msg: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')} worker pid {pid} CUDA_VISIBLE_DEVICES={device}] {msg}",
-              file=sys.stderr, flush=True)
-
-    log(f"started, runner {runner}")
-    for line in sys.stdin:
-        job = json.loads(line)
-        log(f"job {job.get('name')}: start")
-        t0 = time.monotonic()
-        try:
-            result = fn(job, log)
-        except Exception as exc:
-            log(traceback.format_exc())
-            result = {"name": job.get("name"), "stage": "crash", "error": bench._error_text(exc)}
-        result = {**result, "pid": pid}
-        log(f"job {job.get('name')}: done in {time.monotonic() - t0:.1f}s "
-            f"({result.get('stage', '')}{': ' + result['error'] if result.get('error') else ''})")
-        proto.write(json.dumps(result) + "\n")
-    log("no more jobs, exiting")
-    return 0
 
 
 # -------------------------------------------------------------------- ranking
@@ -674,9 +514,3 @@ def best_variant_text(plan: SweepPlan, best: dict, out: Path) -> str:
     desc = (f"sweep best over {plan.base.stem}: {point_label(cand.point)} "
             f"(geomean x{g['ratio']['value']:.4f} on {best.get('device', 'GPU')})")
     return variant_text(plan.base, cand.point, out, description=desc)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "worker":
-        sys.exit(_worker_main(sys.argv[2]))
-    sys.exit("usage: python -m qrsub.sweep worker MODULE:FUNCTION  (started by `qrsub sweep`)")

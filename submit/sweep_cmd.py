@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from qrsub import bench
+from qrsub import bench, pool
 from qrsub import sweep as sw
 
 
@@ -61,12 +61,12 @@ def sweep(base, sets, selector, budget, target, workers, output, run_dir, dry_ru
         raise click.ClickException(str(exc)) from None
     except Exception as exc:   # VariantError from BASE: its message names file and line
         raise click.ClickException(f"{base}: {exc}") from None
-    devices = sw.visible_devices()
+    devices = pool.visible_devices()
     problems = _invalid_points(plan)
 
     if dry_run:
         n = workers or max(1, len(devices))
-        assigned = sw.assign_devices(n, devices) if devices else []
+        assigned = pool.assign_devices(n, devices) if devices else []
         for line in sw.describe(plan, assigned, budget):
             click.echo(line)
         for name, message in problems:
@@ -80,7 +80,7 @@ def sweep(base, sets, selector, budget, target, workers, output, run_dir, dry_ru
                                    "\n".join(f"  {name}: {message}" for name, message in problems))
     if not devices:
         raise click.ClickException(bench.NO_GPU_MESSAGE.replace("qrsub bench", "qrsub sweep"))
-    assigned = sw.assign_devices(workers or len(devices), devices)
+    assigned = pool.assign_devices(workers or len(devices), devices)
     _run(plan, assigned, budget, target, output)
 
 
@@ -116,7 +116,7 @@ def _run(plan: sw.SweepPlan, devices: list[str], budget: float, target: float, o
             progress.console.print(f"  {r['name']} on GPU {r['cuda_visible_devices']}: {what}")
             progress.advance(task)
 
-        results = sw.run_pool(jobs, devices, plan.run_dir / "logs", on_result=on_result)
+        results = pool.run_pool(jobs, devices, plan.run_dir / "logs", runner=sw.DEFAULT_RUNNER, on_result=on_result)
     wall = time.monotonic() - start
     ranked = sw.rank(results)
     labels = {c.name: sw.point_label(c.point) for c in plan.candidates}

@@ -1,6 +1,5 @@
 """qrsub sweep on the CPU: grid, emitted variants, gates, the worker pool, ranking, --dry-run."""
 import os
-import sys
 import textwrap
 from pathlib import Path
 
@@ -9,7 +8,7 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from qrsub import stats
+from qrsub import pool, stats
 from qrsub import sweep as sw
 from qrsub.submit.sweep_cmd import sweep as sweep_cli
 
@@ -95,19 +94,19 @@ def test_gate_plans():
 
 
 def test_device_assignment():
-    assert sw.assign_devices(2, ["0", "1"]) == ["0", "1"]
-    assert sw.assign_devices(2, ["0"]) == ["0", "0"]          # --workers 2 on one GPU: they share it
-    assert sw.assign_devices(3, ["2", "5"]) == ["2", "5", "2"]
-    with pytest.raises(sw.SweepError):
-        sw.assign_devices(0, ["0"])
-    with pytest.raises(sw.SweepError):
-        sw.assign_devices(1, [])
-    assert sw.worker_env("3", {"PATH": "/bin"})["CUDA_VISIBLE_DEVICES"] == "3"
+    assert pool.assign_devices(2, ["0", "1"]) == ["0", "1"]
+    assert pool.assign_devices(2, ["0"]) == ["0", "0"]          # --workers 2 on one GPU: they share it
+    assert pool.assign_devices(3, ["2", "5"]) == ["2", "5", "2"]
+    with pytest.raises(ValueError, match="at least 1"):
+        pool.assign_devices(0, ["0"])
+    with pytest.raises(ValueError, match="no GPU"):
+        pool.assign_devices(1, [])
+    assert pool.worker_env("3", {"PATH": "/bin"})["CUDA_VISIBLE_DEVICES"] == "3"
 
 
 def test_visible_devices_respects_the_environment(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
-    assert sw.visible_devices() == ["1", "3"]
+    assert pool.visible_devices() == ["1", "3"]
 
 
 FAKE_RUNNER = textwrap.dedent("""
@@ -133,7 +132,7 @@ def fake_runner(tmp_path, monkeypatch):
 @pytest.mark.parametrize("devices", [["0", "1"], ["0", "0"]])
 def test_pool_pins_each_worker_to_its_device(tmp_path, fake_runner, devices):
     jobs = [{"name": f"c{i}"} for i in range(6)]
-    results = sw.run_pool(jobs, devices, tmp_path / "logs", runner=fake_runner)
+    results = pool.run_pool(jobs, devices, tmp_path / "logs", runner=fake_runner)
     assert [r["name"] for r in results] == [j["name"] for j in jobs]       # merged in job order
     for r in results:
         assert r["seen_device"] == r["cuda_visible_devices"] == devices[r["worker"]]
@@ -149,7 +148,7 @@ def test_pool_pins_each_worker_to_its_device(tmp_path, fake_runner, devices):
 
 def test_pool_survives_a_dying_worker(tmp_path, fake_runner):
     jobs = [{"name": "a"}, {"name": "die"}, {"name": "b"}, {"name": "c"}]
-    results = sw.run_pool(jobs, ["0"], tmp_path / "logs", runner=fake_runner)
+    results = pool.run_pool(jobs, ["0"], tmp_path / "logs", runner=fake_runner)
     by_name = {r["name"]: r for r in results}
     assert "died (exit 3)" in by_name["die"]["error"]
     assert all(by_name[n]["seen_device"] == "0" for n in "abc")
@@ -248,8 +247,8 @@ def test_cli_sweep_end_to_end_on_the_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")   # two torch processes on a small CI box: no oversubscription
-    real_pool = sw.run_pool
-    monkeypatch.setattr(sw, "run_pool", lambda jobs, devices, log_dir, on_result=None:
+    real_pool = pool.run_pool
+    monkeypatch.setattr(pool, "run_pool", lambda jobs, devices, log_dir, runner, on_result=None:
                         real_pool(jobs, devices, log_dir, runner="cpu_runner:run", on_result=on_result))
     run_dir = tmp_path / "run"
     result = CliRunner().invoke(sweep_cli, [str(CHAMPION), "--set", "tiny.panel.num_warps=2,4", "--workers", "2",
