@@ -50,18 +50,11 @@ class NoGPUError(RuntimeError):
 
 # --------------------------------------------------------------------- cases
 
-def task_dir() -> Path:
-    """The harness folder (task/ in a checkout, qrsub/task in an install)."""
-    spec = importlib.util.find_spec("qrsub.task")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def load_cases(kind: str = "benchmarks") -> list[dict]:
     """The `benchmarks` (or `tests`) list of task.yml, in its order."""
-    import yaml
+    from qrsub.localrun import load_task
 
-    data = yaml.safe_load((task_dir() / "task.yml").read_text())
-    return [dict(c) for c in data[kind]]
+    return [dict(c) for c in load_task()[kind]]
 
 
 def case_label(spec: dict) -> str:
@@ -142,7 +135,9 @@ def resolve_candidates(paths: Sequence[str | Path], build_dir: Path | None, buil
 
 def harness_on_path() -> None:
     """Make the harness's top-level modules (`task`, `reference`, `utils`) importable."""
-    tdir = str(task_dir())
+    from qrsub.localrun import default_harness
+
+    tdir = str(default_harness())
     if tdir not in sys.path:
         sys.path.insert(0, tdir)   # submissions do `from task import input_t, output_t`
 

@@ -34,12 +34,10 @@ def harness_check(A, H, tau) -> float:
     """Run the harness's own checker (task/reference.py); return the factor margin
     (scaled factor residual / its gate of 20). Fails the test on a failing verdict."""
     import re
-    import sys
-    from pathlib import Path
 
-    task_dir = str(Path(__file__).resolve().parent.parent / "task")
-    if task_dir not in sys.path:
-        sys.path.insert(0, task_dir)
+    from qrsub.bench import harness_on_path
+
+    harness_on_path()
     import reference
 
     ok, message = reference.check_implementation(A, (H, tau))
