@@ -2,15 +2,17 @@
 
 One module per stage, each with its plain-torch reference in `naive.py`:
 
+- `plan`       the typed plan: every knob of a route, its allowed values and the rules between them
 - `precision`  split-precision tensor-core products (fp32, tf32, tf32x3, fp16x3, fp16x2lo, fp16)
 - `scratch`    buffers allocated once per shape and reused
 - `panel`      one program per matrix factors an L x b panel in registers, building T as it goes
 - `coop`       the cooperative panel: NC programs per matrix share a tall panel's rows
 - `strip`      the fused trailing update C <- C - V (T^T (V^T C))
-- `wy`         the WY merge of inner T factors into a two-level block's T
+- `wy`         a two-level block's T: the WY merge of the inner T's, or dlarft's recurrence on the Gram matrix
+- `block`      one program per matrix factors a two-level outer block (inner panels, in-block updates, T)
 - `blocked`    drivers: single-level, two-level and cooperative two-level blocked QR
 - `graphs`     CUDA-graph capture per input shape
-- `routing`    a plan (driver + knobs) per (n, batch), and the public entry `qr_routed`
+- `routing`    a route per (n, batch), and the public entry `qr_routed`
 
 The generated submission inlines these modules in MODULE_ORDER with their
 intra-package imports removed, so every top-level name must be unique across
@@ -18,4 +20,4 @@ modules and a module may only use names defined by modules before it.
 """
 
 # Dependency order: the templater inlines the modules in exactly this order.
-MODULE_ORDER = ("precision", "scratch", "panel", "coop", "strip", "wy", "blocked", "graphs", "routing")
+MODULE_ORDER = ("plan", "precision", "scratch", "panel", "coop", "strip", "wy", "block", "blocked", "graphs", "routing")

@@ -1,10 +1,13 @@
 """Drivers: whole-matrix blocked Householder QR from the panel and strip stages.
 
+Each takes A and its route (plan.Route) and reads the route's knobs by name.
+
 - `qr_blocked`: single level. Panel j, then one fused strip over all trailing columns.
 - `qr_twolevel`: inner panels of width b inside outer blocks of O columns; strips
-  update the block's own columns, then one batched GEMM with K = O (cuBLAS,
-  tf32 allowed by the plan) updates the far columns with the merged block T.
-- `qr_coop_twolevel`: the two-level driver whose tall panels use the cooperative
+  update the block's own columns (or one program per matrix does the whole block),
+  then one wide block reflector with K = O updates the far columns: cuBLAS (tf32
+  allowed by the plan) or our strip kernel.
+- `qr_coop`: the two-level driver whose tall panels use the cooperative
   panel (several programs per matrix).
 - `qr_geqrf`: torch.geqrf, the service's starter.
 
@@ -16,40 +19,36 @@ import contextlib
 
 import torch
 
-from .panel import householder_panel, panel_block_sizes
-from .strip import trailing_strip
-from .wy import wy_merge
+from .block import factor_block
 from .coop import coop_panel
+from .panel import householder_panel, padded_width
 from .scratch import scratch
-
-def strip_knobs(plan: dict) -> dict:
-    return dict(bm=plan["strip_bm"], bn=plan["strip_bn"], stages=plan["strip_stages"],
-                warps=plan["strip_warps"], prec_project=plan["prec_project"],
-                prec_t=plan["prec_tcontract"], prec_apply=plan["prec_apply"])
+from .strip import trailing_strip
+from .wy import block_t_from_gram, wy_merge
 
 
-def qr_geqrf(A: torch.Tensor, plan: dict):
+def qr_geqrf(A: torch.Tensor, route):
     return torch.geqrf(A)
 
 
-def qr_blocked(A: torch.Tensor, plan: dict):
-    """Single-level blocked QR: for each panel of width b, panel then one trailing strip."""
+def qr_blocked(A: torch.Tensor, route):
+    """Single-level blocked QR: for each panel of route.panel.width columns, the panel, then
+    one trailing strip over every column right of it."""
     batch, n, _ = A.shape
-    b = min(plan["panel_width"], n)
-    BB = panel_block_sizes(1, b)[1]
+    b = min(route.panel.width, n)
+    BB = padded_width(b)
     H = torch.empty_like(A)
     tau = torch.empty(batch, n, dtype=A.dtype, device=A.device)
     T = scratch("T", (batch, BB, BB), A.dtype, A.device)
     V = scratch("V", (batch, n, BB), A.dtype, A.device)
-    knobs = strip_knobs(plan)
     for j in range(0, n, b):
         bw = min(b, n - j)
         src = A if j == 0 else H
         last = j + bw >= n
         householder_panel(src, H, tau, None if last else T, None if last else V, j, bw,
-                          num_warps=plan["panel_warps"])
+                          num_warps=route.panel.num_warps)
         if not last:
-            trailing_strip(src, H, V, T, j, j + bw, n - j - bw, **knobs)
+            trailing_strip(src, H, V, T, j, j + bw, n - j - bw, strip=route.strip, precision=route.precision)
     return H, tau
 
 
@@ -64,72 +63,97 @@ def matmul_tf32(allowed: bool):
         torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-def far_update(src, H, Y, Tb, J, ob):
-    """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)): one wide block reflector."""
+def far_update_cublas(src, H, Y, Tb, J, ob):
+    """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)): one wide block reflector, cuBLAS."""
     C = src[:, J:, J + ob:]
     W = torch.bmm(Tb.transpose(1, 2), torch.bmm(Y.transpose(1, 2), C))
     out = H[:, J:, J + ob:]
-    if src is not H:
-        out.copy_(C)
-    out.baddbmm_(Y, W, alpha=-1.0)
+    if src is H:
+        out.baddbmm_(Y, W, alpha=-1.0)
+    else:  # the first block reads A: one product from A into H, no copy of C first
+        torch.baddbmm(C, Y, W, alpha=-1.0, out=out)
 
 
-def qr_twolevel(A: torch.Tensor, plan: dict, panel=None):
-    """Two-level blocked QR: outer blocks of O columns, inner panels of width b >= 16.
+def far_update(src, H, Vb, Tb, J, ob, route):
+    """Apply the outer block [J, J+ob)'s reflector to every column right of it, where
+    route.twolevel.far_update says: cuBLAS in twolevel.far_precision, or the strip kernel
+    with the `far` tiles and the route's precisions."""
+    T = Tb[:, :ob, :ob]
+    if route.twolevel.far_update == "strip":
+        trailing_strip(src, H, Vb, T, J, J + ob, H.shape[1] - J - ob, strip=route.far,
+                       precision=route.precision, v_row_off=J)
+        return
+    with matmul_tf32(route.twolevel.far_precision == "tf32"):
+        far_update_cublas(src, H, Vb[:, J:, :ob], T, J, ob)
 
-    `panel(src, H, tau, T, V, j, bw, v_col_off, v_row_off)` factors one inner
-    panel; by default the one-program-per-matrix panel.
+
+def one_program_panel(route):
+    """The inner-panel function of qr_twolevel: one program per matrix."""
+    def panel(src, H, tau, T, V, j, bw, v_col_off, v_row_off):
+        householder_panel(src, H, tau, T, V, j, bw, num_warps=route.panel.num_warps,
+                          v_col_off=v_col_off, v_row_off=v_row_off)
+    return panel
+
+
+def inner_launches(src, H, tau, Vb, Tb, J, ob, route, panel, far):
+    """The outer block [J, J+ob) as a launch per inner panel and in-block strip, then (when a
+    far update follows) the block's T by the WY merge."""
+    batch, n, _ = H.shape
+    b = route.panel.width
+    Tin = scratch("Tin", (batch, route.twolevel.outer // b, b, b), H.dtype, H.device)
+    Vb[:, J:J + ob].zero_()  # rows above each inner diagonal must read as zero
+    widths = []
+    for j in range(J, J + ob, b):
+        bw = min(b, J + ob - j)
+        BB = padded_width(bw)
+        Ti = Tin[:, len(widths), :BB, :BB]
+        # Before the first block's far update, columns right of the block still live in A (src).
+        panel(src if j == 0 else H, H, tau, Ti, Vb, j, bw, j - J, j)
+        widths.append(bw)
+        if j + bw < J + ob:
+            trailing_strip(src if j == 0 else H, H, Vb, Ti, j, j + bw, J + ob - j - bw,
+                           strip=route.strip, precision=route.precision, v_col_off=j - J)
+    if far and route.twolevel.block_t == "gram":
+        block_t_from_gram(Vb[:, J:, :ob], tau, J, Tb[:, :ob, :ob])
+    elif far:
+        wy_merge(Vb[:, J:, :ob], Tin, widths, Tb[:, :ob, :ob])
+
+
+def qr_twolevel(A: torch.Tensor, route, panel=None):
+    """Two-level blocked QR: outer blocks of route.twolevel.outer columns, inner panels of
+    route.panel.width (>= 16 and dividing the outer block: plan.route_problems checks both).
+
+    route.twolevel.inner runs each outer block as launches (`panel(src, H, tau, T, V, j, bw,
+    v_col_off, v_row_off)` factors one inner panel; by default the one-program panel) or as
+    one fused launch (block.py); route.twolevel.far_update then updates the columns right of it.
     """
     batch, n, _ = A.shape
-    O, b = plan["outer"], plan["panel_width"]
-    assert b >= 16 and O % b == 0, "two-level needs panel_width >= 16 dividing outer"
-    if panel is None:
-        def panel(src, H, tau, T, V, j, bw, v_col_off, v_row_off):
-            householder_panel(src, H, tau, T, V, j, bw, num_warps=plan["panel_warps"],
-                              v_col_off=v_col_off, v_row_off=v_row_off)
+    O = route.twolevel.outer
+    panel = panel or one_program_panel(route)
     H = torch.empty_like(A)
     tau = torch.empty(batch, n, dtype=A.dtype, device=A.device)
-    Tin = scratch("Tin", (batch, O // b, b, b), A.dtype, A.device)
     Tb = scratch("Tb", (batch, O, O), A.dtype, A.device)
     Vb = scratch("Vb", (batch, n, O), A.dtype, A.device)
-    knobs = strip_knobs(plan)
     for J in range(0, n, O):
         ob = min(O, n - J)
         far = J + ob < n
-        Vb[:, J:J + ob].zero_()  # rows above each inner diagonal must read as zero
-        widths = []
-        for j in range(J, J + ob, b):
-            bw = min(b, J + ob - j)
-            src = A if J == 0 else H
-            src_panel = A if j == 0 else H
-            BB = panel_block_sizes(1, bw)[1]
-            Ti = Tin[:, len(widths), :BB, :BB]
-            panel(src_panel, H, tau, Ti, Vb, j, bw, j - J, j)
-            widths.append(bw)
-            if j + bw < J + ob:
-                # Before the first block's far update, columns right of the block still live in A.
-                trailing_strip(A if j == 0 else H, H, Vb, Ti, j, j + bw, J + ob - j - bw,
-                               v_col_off=j - J, **knobs)
+        src = A if J == 0 else H
+        if route.twolevel.inner == "fused":
+            factor_block(src, H, tau, Vb, Tb, J, ob, route)
+        else:
+            inner_launches(src, H, tau, Vb, Tb, J, ob, route, panel, far)
         if far:
-            Y = Vb[:, J:, :ob]
-            wy_merge(Y, Tin, widths, Tb[:, :ob, :ob])
-            with matmul_tf32(plan["far_precision"] == "tf32"):
-                far_update(src, H, Y, Tb[:, :ob, :ob], J, ob)
+            far_update(src, H, Vb, Tb, J, ob, route)
     return H, tau
 
 
-def qr_coop_twolevel(A: torch.Tensor, plan: dict):
-    """Two-level QR whose tall inner panels (height > coop_max_rows) use the cooperative panel."""
-    one_cta_rows = plan["coop_max_rows"]
+def qr_coop(A: torch.Tensor, route):
+    """Two-level QR whose inner panels taller than route.coop.max_rows use the cooperative panel."""
+    one_program = one_program_panel(route)
 
     def panel(src, H, tau, T, V, j, bw, v_col_off, v_row_off):
-        if H.shape[1] - j > one_cta_rows:
-            coop_panel(src, H, tau, T, V, j, bw, programs=plan["coop_programs"],
-                       num_warps=plan["panel_warps"], v_col_off=v_col_off, v_row_off=v_row_off)
-        else:
-            householder_panel(src, H, tau, T, V, j, bw, num_warps=plan["panel_warps"],
-                              v_col_off=v_col_off, v_row_off=v_row_off)
-    return qr_twolevel(A, plan, panel)
-
-
-DRIVERS = {"geqrf": qr_geqrf, "blocked": qr_blocked, "twolevel": qr_twolevel, "coop": qr_coop_twolevel}
+        if H.shape[1] - j <= route.coop.max_rows:
+            return one_program(src, H, tau, T, V, j, bw, v_col_off, v_row_off)
+        coop_panel(src, H, tau, T, V, j, bw, programs=route.coop.programs, exchange=route.coop.exchange,
+                   num_warps=route.panel.num_warps, v_col_off=v_col_off, v_row_off=v_row_off)
+    return qr_twolevel(A, route, panel)

@@ -34,7 +34,8 @@ class ShapeGraphs:
         return graph, static_in, static_out
 
 
-def graph_wanted(plan: dict, settings: dict, A) -> bool:
-    """Capture only on CUDA, when the route asks for it and the input's size is in range."""
-    return (A.is_cuda and plan["graph"] != "off"
-            and settings["graph_min_numel"] <= A.numel() <= settings["graph_max_numel"])
+def graph_wanted(route, settings, A) -> bool:
+    """Capture only on CUDA, when the route's GraphKnobs ask for it and the input's size is in
+    the Settings' range."""
+    return (A.is_cuda and route.graph.mode != "off"
+            and settings.graph_min_numel <= A.numel() <= settings.graph_max_numel)

@@ -18,6 +18,8 @@ proj across programs in between.
 import triton
 import triton.language as tl
 
+from .plan import MIN_DOT_WIDTH
+
 
 @triton.jit
 def add_pairs(a0, b0, a1, b1):
@@ -62,10 +64,17 @@ def reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k):
 
 
 @triton.jit
-def load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB: tl.constexpr):
+def load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB: tl.constexpr, FULL: tl.constexpr):
     """The panel rows `rows` of matrix pid (zero outside L x bw), with their offsets and
-    mask for the final store, and the zero T and tau the reflector loop starts from."""
-    in_panel = (rows[:, None] < L) & (cols[None, :] < bw)
+    mask for the final store, and the zero T and tau the reflector loop starts from.
+
+    FULL (bw == BB) masks rows only: a mask that is constant along each row lets the
+    loads and stores move 16 bytes per thread, which gives the panel a layout whose row
+    vectors (x, tail, v) are replicated over 8 lanes rather than 32: 4x fewer registers."""
+    if FULL:
+        in_panel = tl.broadcast_to(rows[:, None] < L, (rows.shape[0], BB))
+    else:
+        in_panel = (rows[:, None] < L) & (cols[None, :] < bw)
     offs = panel_off + rows[:, None] * n + cols[None, :]
     P = tl.load(src_ptr + pid * n * n + offs, mask=in_panel, other=0.0)
     return P, offs, in_panel, tl.zeros((BB, BB), dtype=tl.float32), tl.zeros((BB,), dtype=tl.float32)
@@ -85,6 +94,7 @@ def householder_panel_kernel(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
+    FULL: tl.constexpr,
 ):
     """Grid: (batch,). Program i owns the whole panel of matrix i.
 
@@ -102,7 +112,7 @@ def householder_panel_kernel(
     pid = tl.program_id(0).to(tl.int64)
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
-    P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB)
+    P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
     for k in range(0, bw):
         x, tail, row_k, proj = column_sums(P, rows, cols, k)
         P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k)
@@ -114,13 +124,18 @@ def householder_panel_kernel(
         store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
 
 
-def panel_block_sizes(L: int, bw: int) -> tuple[int, int]:
-    """(BL, BB): the padded panel height and width (powers of two; BB >= 16 for tl.dot)."""
-    return triton.next_power_of_2(max(L, 1)), max(16, triton.next_power_of_2(bw))
+def padded_width(bw: int) -> int:
+    """BB, the padded panel width: a power of two, at least 16 so that T and V feed tl.dot."""
+    return max(MIN_DOT_WIDTH, triton.next_power_of_2(bw))
+
+
+def padded_height(L: int) -> int:
+    """BL, the padded panel height: a power of two."""
+    return triton.next_power_of_2(max(L, 1))
 
 
 def pick_warps(rule, rows: int) -> int:
-    """num_warps from a knob: an int, or [[rows_max, warps], ...] (rows_max None = any)."""
+    """num_warps from PanelKnobs.num_warps: an int, or ((rows_max, warps), ...) (rows_max None = any)."""
     if isinstance(rule, int):
         return rule
     for rows_max, warps in rule:
@@ -130,7 +145,7 @@ def pick_warps(rule, rows: int) -> int:
 
 
 def householder_panel(src, dst, tau, T, V, j, bw, *, num_warps, v_col_off=0, v_row_off=None):
-    """Factor panel columns [j, j+bw) of every matrix, rows [j, n).
+    """Factor panel columns [j, j+bw) of every matrix, rows [j, n); num_warps is PanelKnobs.num_warps.
 
     src, dst: batch x n x n fp32 (may be the same tensor); tau: batch x n;
     T: batch x BB x BB fp32 (any batch and row strides) or None; V: batch x n x ld (fp32/fp16) or None.
@@ -139,12 +154,12 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, num_warps, v_col_off=0, v_r
     """
     batch, n, _ = dst.shape
     L = n - j
-    BL, BB = panel_block_sizes(L, bw)
+    BL, BB = padded_height(L), padded_width(bw)
     v_ld = V.shape[2] if V is not None else 0
     householder_panel_kernel[(batch,)](
         src, dst, tau, T if T is not None else tau, V if V is not None else tau,
         n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
         j if v_row_off is None else v_row_off, v_col_off, v_ld,
-        BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None,
+        BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB,
         num_warps=pick_warps(num_warps, BL),
     )

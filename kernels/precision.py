@@ -1,6 +1,7 @@
 """Split-precision tensor-core products with fp32 accumulation.
 
-`dot_prec(a, b, acc, PREC)` returns `acc + a @ b` computed as PREC says:
+`dot_prec(a, b, acc, PREC)` returns `acc + a @ b` computed as PREC says (the
+names are plan.PRECISIONS, the values of the PrecisionKnobs):
 
 - "fp32"     no tensor cores (IEEE fp32 FMA), exact to fp32 rounding
 - "tf32"     one tf32 pass (10-bit mantissa inputs)
@@ -14,8 +15,6 @@ whose magnitudes stay far below that for qr_v2's inputs.
 """
 import triton
 import triton.language as tl
-
-PRECISIONS = ("fp32", "tf32", "tf32x3", "fp16x3", "fp16x2lo", "fp16")
 
 
 @triton.jit

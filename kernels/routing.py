@@ -1,66 +1,94 @@
-"""Routing: pick a route (driver + knobs) per (n, batch), and the public entry `qr_routed`.
+"""Routing: pick a route (plan.Route) per (n, batch), and the public entry `qr_routed`.
 
-Routes are flat dicts (see qrsub.variant for the schema); the first whose
-inclusive n and batch ranges hold the input wins. A route whose kernels fail
-to compile on this Triton falls back to torch.geqrf at its first launch:
-drivers never write to their input, so nothing needs undoing.
+The first route that covers the input's n and batch wins. A route whose kernels
+Triton cannot build on this machine (a compile error, too little shared memory
+or registers, a ptxas failure) falls back to torch.geqrf at its first launch:
+drivers never write to their input, so nothing needs undoing. The fallback is
+the submission's safety net on the service and loud everywhere else: it prints
+one line to stderr (FALLBACK_LINE), is recorded in FALLBACKS, and with
+QRSUB_STRICT_ROUTES=1 in the environment it raises instead. Any other error
+(a bug, a wrong knob) always raises.
 """
 import functools
+import os
 import sys
 
 import torch
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import OutOfResources, PTXASError
 
-from .blocked import DRIVERS
+from .blocked import qr_blocked, qr_coop, qr_geqrf, qr_twolevel
 from .coop import interpreted
 from .graphs import ShapeGraphs, graph_wanted
+from .plan import DRIVERS
+
+# Each driver name of plan.DRIVERS is the function qr_<name>.
+DRIVER_FUNCTIONS = {name: globals()[f"qr_{name}"] for name in DRIVERS}
+# What can differ between this machine and another one that runs the same file.
+BUILD_ERRORS = (CompilationError, OutOfResources, PTXASError)
+STRICT_ENV = "QRSUB_STRICT_ROUTES"
+FALLBACK_LINE = "qrsub: route {name!r} fell back to torch.geqrf: {reason}"
+# (route name, reason) of every route that fell back in this process, in order.
+FALLBACKS = []
 
 _GRAPHS = ShapeGraphs()
-_BROKEN_ROUTES = set()
 _LAUNCHED_ROUTES = set()
 
 
-def in_range(value: int, lo: int, hi) -> bool:
-    return lo <= value and (hi is None or value <= hi)
+class RouteBuildFailed(RuntimeError):
+    """A route's kernels did not build on this machine, and QRSUB_STRICT_ROUTES forbids the fallback."""
 
 
-def select_route(n: int, batch: int, routes: list) -> dict:
+def select_route(n: int, batch: int, routes):
     for route in routes:
-        if in_range(n, route["n_min"], route["n_max"]) and in_range(batch, route["batch_min"], route["batch_max"]):
+        if route.covers(n, batch):
             return route
     raise ValueError(f"no route matches n={n}, batch={batch}: the variant's routes must cover every shape")
 
 
-def qr(A: torch.Tensor, plan: dict):
+def qr(A: torch.Tensor, route):
     """Factor A (batch x n x n fp32) with one route's driver, eagerly: (H, tau)."""
-    return DRIVERS[plan["driver"]](A, plan)
+    return DRIVER_FUNCTIONS[route.driver](A, route)
 
 
-def runnable(A: torch.Tensor, plan: dict) -> bool:
+def fell_back(route) -> bool:
+    return any(name == route.name for name, _ in FALLBACKS)
+
+
+def runnable(A: torch.Tensor, route) -> bool:
     """Triton kernels need a GPU, or the interpreter for CPU tensors."""
-    if plan["driver"] == "geqrf" or plan["name"] in _BROKEN_ROUTES:
+    if route.driver == "geqrf" or fell_back(route):
         return False
     return A.is_cuda or interpreted()
 
 
-def qr_routed(A: torch.Tensor, routes: list, settings: dict):
+def fall_back(route, err: Exception):
+    """Record and announce a route's build failure, or raise it where fallbacks are refused."""
+    reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    if os.environ.get(STRICT_ENV, "0") not in ("", "0"):
+        raise RouteBuildFailed(f"route {route.name!r} did not build ({reason}); on the service this "
+                               "submission would run torch.geqrf for it instead") from err
+    FALLBACKS.append((route.name, reason))
+    print(FALLBACK_LINE.format(name=route.name, reason=reason), file=sys.stderr, flush=True)
+
+
+def qr_routed(A: torch.Tensor, routes, settings):
     """custom_kernel's body: route, then run eagerly or through a per-shape graph."""
     batch, n, _ = A.shape
-    plan = select_route(n, batch, routes)
-    if not runnable(A, plan):
+    route = select_route(n, batch, routes)
+    if not runnable(A, route):
         return torch.geqrf(A)
-    driver = functools.partial(qr, plan=plan)
+    driver = functools.partial(qr, route=route)
     try:
-        if graph_wanted(plan, settings, A):
-            key = (plan["name"], tuple(A.shape), str(A.device))
-            out = _GRAPHS.run(key, driver, A, settings["clone_outputs"])
+        if graph_wanted(route, settings, A):
+            key = (route.name, tuple(A.shape), str(A.device))
+            out = _GRAPHS.run(key, driver, A, settings.clone_outputs)
         else:
             out = driver(A)
-    except Exception as err:  # only a first launch may fall back: later errors are real bugs
-        if plan["name"] in _LAUNCHED_ROUTES:
+    except BUILD_ERRORS as err:  # only a first launch may fall back: later, the kernels are built
+        if route.name in _LAUNCHED_ROUTES:
             raise
-        _BROKEN_ROUTES.add(plan["name"])
-        print(f"qrsub: route {plan['name']!r} failed ({type(err).__name__}: {err}); "
-              "using torch.geqrf for it", file=sys.stderr)
+        fall_back(route, err)
         return torch.geqrf(A)
-    _LAUNCHED_ROUTES.add(plan["name"])
+    _LAUNCHED_ROUTES.add(route.name)
     return out

@@ -3,19 +3,69 @@
 One program per (strip of BN trailing columns, matrix): a first row loop
 accumulates W = V^T C (BB x BN) in registers, W becomes T^T W, a second row loop
 writes C - V W. Nothing goes through global memory but C itself.
+
+When batch x column strips leaves most SMs idle (a batch of 2, a strip inside a
+128-column block), StripKnobs.split_rows splits the rows too: one launch writes
+each row split's partial W, a second sums them and updates its rows. The fused
+driver (fused.py) runs the same column update, `update_columns`, inside its
+one-program-per-matrix kernel.
 """
+import torch
 import triton
 import triton.language as tl
 
 from .precision import dot_prec
+from .scratch import scratch
+
+
+@triton.jit
+def project_rows(src, vb, v_ld, n, r_lo, r_hi, ncols, cn, W,
+                 BB: tl.constexpr, BM: tl.constexpr, NUM_STAGES: tl.constexpr, PROJECT: tl.constexpr):
+    """W + V^T C over rows [r_lo, r_hi) of one matrix's block (src at the block's first element,
+    row stride n; vb at V's first row, row stride v_ld, BB columns) and columns cn (< ncols)."""
+    cb = tl.arange(0, BB)
+    for r0 in tl.range(r_lo, r_hi, BM, num_stages=NUM_STAGES):
+        rm = r0 + tl.arange(0, BM)
+        v = tl.load(vb + rm[:, None] * v_ld + cb[None, :], mask=rm[:, None] < r_hi, other=0.0).to(tl.float32)
+        c = tl.load(src + rm[:, None] * n + cn[None, :], mask=(rm[:, None] < r_hi) & (cn[None, :] < ncols), other=0.0)
+        W = dot_prec(tl.trans(v), c, W, PROJECT)
+    return W
+
+
+@triton.jit
+def apply_rows(src, dst, vb, v_ld, n, r_lo, r_hi, ncols, cn, W,
+               BB: tl.constexpr, BM: tl.constexpr, NUM_STAGES: tl.constexpr, APPLY: tl.constexpr):
+    """C - V W over rows [r_lo, r_hi) and columns cn (< ncols), read from src, written to dst."""
+    cb = tl.arange(0, BB)
+    for r0 in tl.range(r_lo, r_hi, BM, num_stages=NUM_STAGES):
+        rm = r0 + tl.arange(0, BM)
+        mask = (rm[:, None] < r_hi) & (cn[None, :] < ncols)
+        v = tl.load(vb + rm[:, None] * v_ld + cb[None, :], mask=rm[:, None] < r_hi, other=0.0).to(tl.float32)
+        c = tl.load(src + rm[:, None] * n + cn[None, :], mask=mask, other=0.0)
+        c = c - dot_prec(v, W, tl.zeros((BM, cn.shape[0]), dtype=tl.float32), APPLY)
+        tl.store(dst + rm[:, None] * n + cn[None, :], c, mask=mask)
+
+
+@triton.jit
+def update_columns(src, dst, vb, v_ld, n, L, ncols, cn, T,
+                   BB: tl.constexpr, BM: tl.constexpr, NUM_STAGES: tl.constexpr,
+                   PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr):
+    """C <- C - V (T^T (V^T C)) on columns cn (BN of them, those < ncols) of one matrix's
+    L-row block: src and dst point at the block's first element (row stride n), vb at V's
+    first row (row stride v_ld, BB columns, zero beyond the panel's width), T (BB x BB,
+    registers) is the block reflector's factor."""
+    W = project_rows(src, vb, v_ld, n, 0, L, ncols, cn, tl.zeros((BB, cn.shape[0]), dtype=tl.float32),
+                     BB, BM, NUM_STAGES, PROJECT)
+    W = dot_prec(tl.trans(T), W, tl.zeros((BB, cn.shape[0]), dtype=tl.float32), TCONTRACT)
+    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
 
 
 @triton.jit
 def trailing_strip_kernel(
     src_ptr, dst_ptr, v_ptr, t_ptr,
     n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld,
-    BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, STAGES: tl.constexpr,
-    PREC_PROJECT: tl.constexpr, PREC_T: tl.constexpr, PREC_APPLY: tl.constexpr,
+    BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
+    PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) owns columns [s*BN, (s+1)*BN)
     of matrix i's trailing block: rows [0, L) x columns [0, ncols) starting at
@@ -24,35 +74,67 @@ def trailing_strip_kernel(
     V: rows v_row_off.. and columns v_col_off.. (BB of them, zero beyond the
     panel's width) of the batch x n x v_ld buffer; T: BB x BB at
     t_ptr + i*t_bs with row stride t_ld (zero beyond the panel's width).
+    BM, BN, NUM_STAGES are StripKnobs' bm, bn, num_stages; PROJECT, TCONTRACT,
+    APPLY are PrecisionKnobs' project, tcontract, apply.
     Invariants: BB, BM, BN are powers of two >= 16.
     """
     s = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
+    cb = tl.arange(0, BB)
+    T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
+    update_columns(src_ptr + pid * n * n + c_off, dst_ptr + pid * n * n + c_off,
+                   v_ptr + pid * n * v_ld + v_row_off * v_ld + v_col_off, v_ld, n, L, ncols,
+                   s * BN + tl.arange(0, BN), T, BB, BM, NUM_STAGES, PROJECT, TCONTRACT, APPLY)
+
+
+@triton.jit
+def project_split_kernel(
+    src_ptr, v_ptr, w_ptr, n, L, ncols, c_off, v_row_off, v_col_off, v_ld, rows_per, w_bs, w_ss, w_ld,
+    BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr, PROJECT: tl.constexpr,
+):
+    """Grid: (cdiv(ncols, BN), splits, batch). Program (s, p, i) writes W_p = V^T C over rows
+    [p*rows_per, (p+1)*rows_per) of matrix i's trailing block and its columns [s*BN, (s+1)*BN)
+    to the BB x BN tile at w_ptr + i*w_bs + p*w_ss + s*BN (row stride w_ld).
+    Arguments otherwise as trailing_strip_kernel's. Invariant: rows_per is a multiple of BM."""
+    s = tl.program_id(0)
+    p = tl.program_id(1)
+    pid = tl.program_id(2).to(tl.int64)
     cn = s * BN + tl.arange(0, BN)
     cb = tl.arange(0, BB)
-    src = src_ptr + pid * n * n + c_off
-    dst = dst_ptr + pid * n * n + c_off
-    vb = v_ptr + pid * n * v_ld + v_row_off * v_ld + v_col_off
+    W = project_rows(src_ptr + pid * n * n + c_off, v_ptr + pid * n * v_ld + v_row_off * v_ld + v_col_off, v_ld, n,
+                     p * rows_per, tl.minimum((p + 1) * rows_per, L), ncols, cn,
+                     tl.zeros((BB, BN), dtype=tl.float32), BB, BM, NUM_STAGES, PROJECT)
+    tl.store(w_ptr + pid * w_bs + p * w_ss + cb[:, None] * w_ld + cn[None, :], W)
+
+
+@triton.jit
+def apply_split_kernel(
+    src_ptr, dst_ptr, v_ptr, t_ptr, w_ptr,
+    n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld, rows_per, splits, w_bs, w_ss, w_ld,
+    BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
+    TCONTRACT: tl.constexpr, APPLY: tl.constexpr,
+):
+    """Grid: (cdiv(ncols, BN), splits, batch). Program (s, p, i) sums the splits' W tiles of its
+    columns (project_split_kernel's), forms T^T W, and writes C - V (T^T W) on its rows and
+    columns of matrix i's trailing block."""
+    s = tl.program_id(0)
+    p = tl.program_id(1)
+    pid = tl.program_id(2).to(tl.int64)
+    cn = s * BN + tl.arange(0, BN)
+    cb = tl.arange(0, BB)
     W = tl.zeros((BB, BN), dtype=tl.float32)
-    for r0 in tl.range(0, L, BM, num_stages=STAGES):
-        rm = r0 + tl.arange(0, BM)
-        v = tl.load(vb + rm[:, None] * v_ld + cb[None, :], mask=rm[:, None] < L, other=0.0).to(tl.float32)
-        c = tl.load(src + rm[:, None] * n + cn[None, :], mask=(rm[:, None] < L) & (cn[None, :] < ncols), other=0.0)
-        W = dot_prec(tl.trans(v), c, W, PREC_PROJECT)
-    t = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
-    W = dot_prec(tl.trans(t), W, tl.zeros((BB, BN), dtype=tl.float32), PREC_T)
-    for r0 in tl.range(0, L, BM, num_stages=STAGES):
-        rm = r0 + tl.arange(0, BM)
-        mask = (rm[:, None] < L) & (cn[None, :] < ncols)
-        v = tl.load(vb + rm[:, None] * v_ld + cb[None, :], mask=rm[:, None] < L, other=0.0).to(tl.float32)
-        c = tl.load(src + rm[:, None] * n + cn[None, :], mask=mask, other=0.0)
-        c = c - dot_prec(v, W, tl.zeros((BM, BN), dtype=tl.float32), PREC_APPLY)
-        tl.store(dst + rm[:, None] * n + cn[None, :], c, mask=mask)
+    for q in range(0, splits):
+        W += tl.load(w_ptr + pid * w_bs + q * w_ss + cb[:, None] * w_ld + cn[None, :])
+    T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
+    W = dot_prec(tl.trans(T), W, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
+    apply_rows(src_ptr + pid * n * n + c_off, dst_ptr + pid * n * n + c_off,
+               v_ptr + pid * n * v_ld + v_row_off * v_ld + v_col_off, v_ld, n,
+               p * rows_per, tl.minimum((p + 1) * rows_per, L), ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
 
 
-def trailing_strip(src, dst, V, T, row0, col0, ncols, *, bm, bn, stages, warps,
-                   prec_project, prec_t, prec_apply, v_row_off=None, v_col_off=0):
-    """Apply one panel's block reflector to rows [row0, n) x columns [col0, col0+ncols).
+def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row_off=None, v_col_off=0):
+    """Apply one panel's block reflector to rows [row0, n) x columns [col0, col0+ncols),
+    with the tiles of `strip` (StripKnobs) and the products' `precision` (PrecisionKnobs).
 
     V: batch x n x ld buffer whose rows row0.. (or v_row_off..) and BB columns
     from v_col_off hold the panel's V; T: batch x BB x BB (any strides, e.g. a
@@ -61,10 +143,29 @@ def trailing_strip(src, dst, V, T, row0, col0, ncols, *, bm, bn, stages, warps,
     batch, n, _ = dst.shape
     L = n - row0
     BB = T.shape[-1]
-    grid = (triton.cdiv(ncols, bn), batch)
-    trailing_strip_kernel[grid](
-        src, dst, V, T, n, L, ncols, row0 * n + col0,
-        row0 if v_row_off is None else v_row_off, v_col_off, V.shape[2], T.stride(0), T.stride(1),
-        BB=BB, BM=bm, BN=bn, STAGES=stages,
-        PREC_PROJECT=prec_project, PREC_T=prec_t, PREC_APPLY=prec_apply, num_warps=warps,
+    v_row_off = row0 if v_row_off is None else v_row_off
+    tiles = dict(BB=BB, BM=strip.bm, BN=strip.bn, NUM_STAGES=strip.num_stages, num_warps=strip.num_warps)
+    if strip.split_rows and L > strip.split_rows:
+        split_strip(src, dst, V, T, L, row0 * n + col0, ncols, v_row_off, v_col_off, strip, precision, tiles)
+        return
+    trailing_strip_kernel[(triton.cdiv(ncols, strip.bn), batch)](
+        src, dst, V, T, n, L, ncols, row0 * n + col0, v_row_off, v_col_off, V.shape[2], T.stride(0), T.stride(1),
+        PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply, **tiles,
     )
+
+
+def split_strip(src, dst, V, T, L, c_off, ncols, v_row_off, v_col_off, strip, precision, tiles):
+    """The strip with its rows split over programs (StripKnobs.split_rows rows each): partial
+    projections in one launch, their sum and the update in a second."""
+    batch, n, _ = dst.shape
+    splits = triton.cdiv(L, strip.split_rows)
+    col_tiles = triton.cdiv(ncols, strip.bn)
+    W = scratch("strip_w", (batch, splits, tiles["BB"], col_tiles * strip.bn), torch.float32, dst.device)
+    grid = (col_tiles, splits, batch)
+    project_split_kernel[grid](
+        src, V, W, n, L, ncols, c_off, v_row_off, v_col_off, V.shape[2], strip.split_rows,
+        W.stride(0), W.stride(1), W.stride(2), PROJECT=precision.project, **tiles)
+    apply_split_kernel[grid](
+        src, dst, V, T, W, n, L, ncols, c_off, v_row_off, v_col_off, V.shape[2], T.stride(0), T.stride(1),
+        strip.split_rows, splits, W.stride(0), W.stride(1), W.stride(2),
+        TCONTRACT=precision.tcontract, APPLY=precision.apply, **tiles)

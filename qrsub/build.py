@@ -17,6 +17,7 @@ intra-package import the single file cannot satisfy, an invalid variant
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import pprint
 import warnings
@@ -26,6 +27,7 @@ from pathlib import Path
 import jinja2
 
 from qrsub.files import write_atomic
+from qrsub.kernels.plan import TWO_LEVEL_DRIVERS
 from qrsub.variant import Variant, load_variant
 
 # The service refuses any file containing this word, in any case.
@@ -295,20 +297,22 @@ def _warps_text(warps) -> str:
     return "[" + ",".join(f"{'-' if r is None else r}:{w}" for r, w in warps) + "]"
 
 
-def route_line(r: dict) -> str:
-    """One route, compact, for the provenance comment."""
-    rng = lambda lo, hi: f"{lo}..{'' if hi is None else hi}"
-    parts = [f"{r['name']:<14}", f"n {rng(r['n_min'], r['n_max']):<11}",
-             f"batch {rng(r['batch_min'], r['batch_max']):<8}", f"{r['driver']:<8}"]
-    if r["driver"] != "geqrf":
-        parts += [f"panel b{r['panel_width']} w{_warps_text(r['panel_warps'])}",
-                  f"strip {r['strip_bm']}x{r['strip_bn']} s{r['strip_stages']} w{r['strip_warps']}",
-                  f"prec {r['prec_project']}/{r['prec_tcontract']}/{r['prec_apply']}"]
-    if r["driver"] in ("twolevel", "coop"):
-        parts.append(f"outer {r['outer']} far {r['far_precision']}")
-    if r["driver"] == "coop":
-        parts.append(f"coop {r['coop_programs']}x rows<={r['coop_max_rows']}")
-    parts.append(f"graph {r['graph']}")
+def route_line(r) -> str:
+    """One route (plan.Route), compact, for the provenance comment."""
+    rng = lambda bounds: f"{bounds[0]}..{'' if bounds[1] is None else bounds[1]}"
+    parts = [f"{r.name:<14}", f"n {rng(r.n_range):<11}", f"batch {rng(r.batch_range):<8}", f"{r.driver:<8}"]
+    if r.driver != "geqrf":
+        parts += [f"panel b{r.panel.width} w{_warps_text(r.panel.num_warps)}",
+                  f"strip {r.strip.bm}x{r.strip.bn} s{r.strip.num_stages} w{r.strip.num_warps}",
+                  f"prec {r.precision.project}/{r.precision.tcontract}/{r.precision.apply}"]
+    if r.driver in TWO_LEVEL_DRIVERS:
+        far = (f"far strip {r.far.bm}x{r.far.bn} s{r.far.num_stages} w{r.far.num_warps}"
+               if r.twolevel.far_update == "strip" else f"far cublas {r.twolevel.far_precision}")
+        inner = r.twolevel.inner if r.twolevel.inner == "fused" else f"launches T {r.twolevel.block_t}"
+        parts.append(f"outer {r.twolevel.outer} inner {inner} {far}")
+    if r.driver == "coop":
+        parts.append(f"coop {r.coop.programs}x {r.coop.exchange} rows<={r.coop.max_rows}")
+    parts.append(f"graph {r.graph.mode}")
     return "  ".join(parts).rstrip()
 
 
@@ -326,10 +330,9 @@ def render(variant: Variant, modules: list[Module], missing: list[str], template
         variant_title=f"{variant.name} ({variant.description})" if variant.description else variant.name, chain=chain if variant.parents else "(none)",
         source_hash=source_hash(modules, template_text),
         module_names=", ".join(m.name for m in modules) or "(none)", missing=missing,
-        settings_line=", ".join(f"{k}={v}" for k, v in variant.settings.items()),
+        settings_line=", ".join(f"{k}={v}" for k, v in dataclasses.asdict(variant.settings).items()),
         route_lines=[route_line(r) for r in variant.routes], imports=_hoist(modules),
-        modules=modules, routes=_literal([dict(r) for r in variant.routes]),
-        settings=_literal(dict(variant.settings)))
+        modules=modules, routes=_literal(tuple(variant.routes)), settings=_literal(variant.settings))
 
 
 def _check_result(text: str) -> None:

@@ -141,10 +141,8 @@ def _split_key(lhs: str, routes: Sequence[str] | None) -> tuple[str, tuple[str, 
 
 def check_knob(axis: Axis) -> None:
     """Reject a knob path the variant schema does not have (with the knobs it does)."""
-    try:
-        from qrsub.variant import ROUTE_KNOBS
-    except ImportError:
-        return   # validated later, when each candidate's variant is loaded
+    from qrsub.variant import ROUTE_KNOBS
+
     known = {k.path: k for k in ROUTE_KNOBS}
     if axis.path not in known:
         import difflib
@@ -242,7 +240,7 @@ def gate_plan(point: Point, tests: Sequence[dict], base_variant=None) -> GatePla
 
 def _route_name(variant, spec: dict) -> str | None:
     try:
-        return variant.route_for(n=spec["n"], batch=spec["batch"])["name"]
+        return variant.route_for(n=spec["n"], batch=spec["batch"]).name
     except LookupError:
         return None
 
@@ -434,7 +432,7 @@ def plan_sweep(base: Path, sets: Sequence[str], run_dir: Path, bench_cases: list
     every case when that is unknown or empty.
     """
     base_variant = _load_base(base)
-    route_names = [r["name"] for r in base_variant.routes] if base_variant else None
+    route_names = [r.name for r in base_variant.routes] if base_variant else None
     axes = [parse_set(s, route_names) for s in sets]
     if not axes:
         raise SweepError("nothing to sweep: give at least one --set ROUTE.KNOB=v1,v2")

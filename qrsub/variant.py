@@ -4,14 +4,15 @@ A variant (variants/*.yaml) names the leaderboard and GPU and routes shapes
 (n, batch) to a driver with its knobs. Loading resolves the `extends` chain
 (deep merge; routes patched by name), fills every knob from the route, then the
 variant's `defaults`, then the schema's one default, and validates each knob
-once. The result is a frozen `Variant` whose `routes` are flat dicts, exactly
-what `kernels/routing.py` reads with `plan["key"]`.
+once. The schema is derived from the typed plan (kernels/plan.py), and the result
+is a frozen `Variant` whose `routes` are the plan's `Route`s, exactly what the
+drivers read (`route.panel.num_warps`) and what the submission holds.
 
 Every error names the file, line and column the value came from (even when it
 came from a parent file), the knob, and the allowed values.
 
     >>> v = load_variant("variants/champion.yaml")
-    >>> v.route_for(n=512, batch=640)["driver"]
+    >>> v.route_for(n=512, batch=640).driver
     'blocked'
 """
 from __future__ import annotations
@@ -23,6 +24,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import yaml
+
+from qrsub.kernels import plan
+
+# The service refuses any file containing this word; names and descriptions go into the file.
+REFUSED_WORD = "stream"
 
 # ---------------------------------------------------------------------------
 # Locations and errors
@@ -157,119 +163,47 @@ def _convert(node: yaml.Node, loader: _Loader, file: str) -> Any:
 
 
 # ---------------------------------------------------------------------------
-# Value checks: each returns None when the value is fine, else the allowed values.
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _pow2(lo: int, hi: int) -> Callable[[Any], str | None]:
-    allowed = [1 << k for k in range(hi.bit_length()) if lo <= 1 << k <= hi]
-    text = f"a power of two in {lo}..{hi} ({', '.join(map(str, allowed))})"
-    return lambda v: None if _is_int(v) and v in allowed else text
-
-
-def _int_range(lo: int, hi: int | None) -> Callable[[Any], str | None]:
-    text = f"an integer in {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
-    return lambda v: None if _is_int(v) and v >= lo and (hi is None or v <= hi) else text
-
-
-def _one_of(*choices: str) -> Callable[[Any], str | None]:
-    text = "one of " + ", ".join(choices)
-    return lambda v: None if v in choices and isinstance(v, str) else text
-
-
-def _boolean(v: Any) -> str | None:
-    return None if isinstance(v, bool) else "true or false"
-
-
-def _warps(v: Any) -> str | None:
-    """num_warps: a power of two 1..32, or a rule [[rows_max, warps], ...]."""
-    text = ("a power of two in 1..32, or a list of [rows_max, warps] pairs with rows_max "
-            "ascending integers (null, meaning any height, only last) and warps a power of two in 1..32")
-    if _pow2(1, 32)(v) is None:
-        return None
-    if not isinstance(v, list) or not v:
-        return text
-    last = 0
-    for i, pair in enumerate(v):
-        if not (isinstance(pair, list) and len(pair) == 2 and _pow2(1, 32)(pair[1]) is None):
-            return text
-        rows = pair[0]
-        if rows is None:
-            if i != len(v) - 1:
-                return text
-        elif not _is_int(rows) or rows <= last:
-            return text
-        else:
-            last = rows
-    return None
-
-
-PRECISIONS = ("fp32", "tf32", "tf32x3", "fp16x3", "fp16x2lo", "fp16")
-DRIVERS = ("geqrf", "blocked", "twolevel", "coop")
-# No concurrent-groups mode: overlapping groups needs side streams, and the service
-# refuses any file containing that word; getting past its text filter is not our way.
-GRAPH_MODES = ("off", "capture")
+# The schema, derived from the typed plan (kernels/plan.py): one knob per dataclass field.
 
 
 @dataclass(frozen=True)
 class Knob:
-    """One knob: its flat key in a resolved route, its YAML path, its one default and check."""
+    """One knob: its YAML path, its one default, what is allowed, and what it does."""
 
-    key: str
     path: tuple[str, ...]
     default: Any
-    check: Callable[[Any], str | None]
+    allowed: Any          # a plan check (Pow2, OneOf, ...): .problem(value) -> None or the allowed values
     doc: str
 
     @property
     def dotted(self) -> str:
         return ".".join(self.path)
 
+    def check(self, value: Any) -> str | None:
+        return self.allowed.problem(value)
 
-# The route knobs in the order of the flat dict the kernels read.
+
+def _knobs(group: type, prefix: tuple[str, ...]) -> tuple[Knob, ...]:
+    return tuple(Knob((*prefix, f.name), f.default, f.metadata["allowed"], f.metadata["doc"])
+                 for f in plan.knob_fields(group))
+
+
+_DRIVER_FIELD = next(f for f in plan.knob_fields(plan.Route) if f.name == "driver")
+# Every route knob, in the order of the variant files: the driver, then each section's fields.
 ROUTE_KNOBS: tuple[Knob, ...] = (
-    Knob("driver", ("driver",), "blocked", _one_of(*DRIVERS),
-         "geqrf (torch), blocked (single-level), twolevel, coop (cooperative two-level)"),
-    Knob("panel_width", ("panel", "width"), 32, _pow2(1, 64), "panel width b (the kernels need a power of two)"),
-    Knob("panel_warps", ("panel", "num_warps"), 4, _warps,
-         "panel num_warps, or [[rows_max, warps], ...]: the first whose rows_max >= the padded panel height"),
-    Knob("strip_bm", ("strip", "bm"), 32, _pow2(16, 256), "trailing strip row tile BM"),
-    Knob("strip_bn", ("strip", "bn"), 32, _pow2(16, 256), "trailing strip column count BN"),
-    Knob("strip_stages", ("strip", "num_stages"), 3, _int_range(1, 6), "software pipeline stages"),
-    Knob("strip_warps", ("strip", "num_warps"), 2, _pow2(1, 16), "strip num_warps"),
-    # tf32x3 by default: fp32 accuracy with fp32's exponent range (fp16 splits are
-    # faster but their range must be checked per shape by the accuracy gate).
-    Knob("prec_project", ("precision", "project"), "tf32x3", _one_of(*PRECISIONS), "precision of V^T C"),
-    Knob("prec_tcontract", ("precision", "tcontract"), "tf32x3", _one_of(*PRECISIONS), "precision of T^T (V^T C)"),
-    Knob("prec_apply", ("precision", "apply"), "tf32x3", _one_of(*PRECISIONS), "precision of V tmp2"),
-    Knob("outer", ("twolevel", "outer"), 128, _pow2(32, 512), "two-level outer block O (a multiple of panel.width)"),
-    # fp32 by default: tf32 in the far update was measured safe only at n >= 1024.
-    Knob("far_precision", ("twolevel", "far_precision"), "fp32", _one_of("fp32", "tf32"),
-         "precision of the cuBLAS far update"),
-    Knob("coop_programs", ("coop", "programs"), 8, _pow2(1, 64), "programs per matrix in the cooperative panel"),
-    Knob("coop_max_rows", ("coop", "max_rows"), 1024, _int_range(64, None),
-         "panels up to this height use the one-program panel"),
-    Knob("graph", ("graph", "mode"), "capture", _one_of(*GRAPH_MODES), "CUDA graph policy"),
+    Knob(("driver",), _DRIVER_FIELD.default, _DRIVER_FIELD.metadata["allowed"], _DRIVER_FIELD.metadata["doc"]),
+    *(k for section, group in plan.SECTIONS.items() for k in _knobs(group, (section,))),
 )
-
-SETTINGS_KNOBS: tuple[Knob, ...] = (
-    Knob("graph_min_numel", ("graph_min_numel",), 5000, _int_range(0, None),
-         "graphs only for inputs with at least this many elements"),
-    Knob("graph_max_numel", ("graph_max_numel",), 100_000_000, _int_range(0, None),
-         "graphs only for inputs with at most this many elements"),
-    Knob("clone_outputs", ("clone_outputs",), True, _boolean,
-         "clone outputs out of the graph's buffers (the harness keeps several alive)"),
-)
+SETTINGS_KNOBS: tuple[Knob, ...] = _knobs(plan.Settings, ())
 
 TOP_KEYS = ("leaderboard", "gpu", "description", "extends", "settings", "defaults", "routes")
-ROUTE_SECTIONS = {"panel", "strip", "precision", "twolevel", "coop", "graph"}
-ROUTE_KEYS = ("name", "n", "batch", "driver", *sorted(ROUTE_SECTIONS), "remove", "before")
-DEFAULT_KEYS = ("driver", *sorted(ROUTE_SECTIONS))
+ROUTE_SECTIONS = tuple(plan.SECTIONS)
+ROUTE_KEYS = ("name", "n", "batch", "driver", *ROUTE_SECTIONS, "remove", "before")
+DEFAULT_KEYS = ("driver", *ROUTE_SECTIONS)
 SECTION_KEYS = {s: tuple(k.path[1] for k in ROUTE_KNOBS if k.path[0] == s) for s in ROUTE_SECTIONS}
-FLAT_HINTS = {k.key: k.dotted for k in ROUTE_KNOBS if len(k.path) == 2}
+# A knob written flat on a route (`panel_width: 16`, or `width: 16`) -> where it belongs.
+FLAT_HINTS = {**{k.path[1]: k.dotted for k in ROUTE_KNOBS if len(k.path) == 2},
+              **{"_".join(k.path): k.dotted for k in ROUTE_KNOBS if len(k.path) == 2}}
 
 # The grid a variant must cover without gaps (every test and benchmark shape lies inside).
 COVER_N, COVER_BATCH = 8192, 2048
@@ -413,7 +347,7 @@ def _patch_routes(base: Any, child: Any, child_loc: Loc) -> LList:
 
 @dataclass(frozen=True)
 class Variant:
-    """A loaded, merged and validated variant. `routes` are flat dicts (see ROUTE_KNOBS)."""
+    """A loaded, merged and validated variant: its routes (plan.Route) and settings (plan.Settings)."""
 
     name: str
     path: Path
@@ -421,20 +355,15 @@ class Variant:
     gpu: str
     description: str
     parents: tuple[Path, ...]
-    routes: tuple[dict, ...]
-    settings: dict = field(default_factory=dict)
+    routes: tuple[plan.Route, ...]
+    settings: plan.Settings = field(default_factory=plan.Settings)
 
-    def route_for(self, n: int, batch: int) -> dict:
+    def route_for(self, n: int, batch: int) -> plan.Route:
         """The route the kernels would take for an n x n batch (first match wins)."""
         for route in self.routes:
-            if _covers(route, n, batch):
+            if route.covers(n, batch):
                 return route
         raise LookupError(f"variant {self.name}: no route for n={n}, batch={batch}")
-
-
-def _covers(route: dict, n: int, batch: int) -> bool:
-    return (route["n_min"] <= n and (route["n_max"] is None or n <= route["n_max"])
-            and route["batch_min"] <= batch and (route["batch_max"] is None or batch <= route["batch_max"]))
 
 
 def _lookup(m: Any, path: tuple[str, ...]) -> tuple[bool, Any, Loc | None]:
@@ -448,8 +377,13 @@ def _lookup(m: Any, path: tuple[str, ...]) -> tuple[bool, Any, Loc | None]:
     return True, m[path[-1]], m.val_locs[path[-1]]
 
 
+def _frozen(value: Any) -> Any:
+    """Lists -> tuples: the plan's knob groups are frozen, and their repr goes into the submission."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+
+
 def _plain(value: Any) -> Any:
-    """Located containers -> plain lists and dicts (for the resolved routes)."""
+    """Located containers -> plain lists and dicts, as the file wrote them (for messages)."""
     if isinstance(value, list):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
@@ -468,7 +402,7 @@ def _resolve_knob(knob: Knob, sources: list[Any], errors: _Errors, where: str) -
     problem = knob.check(value)
     if problem:
         errors.add(loc, f"{where}{knob.dotted}", f"got {value!r}; allowed: {problem}")
-    return value
+    return _frozen(value)
 
 
 def _resolve_range(route: LMap, key: str, errors: _Errors, where: str) -> tuple[int, int | None]:
@@ -476,10 +410,10 @@ def _resolve_range(route: LMap, key: str, errors: _Errors, where: str) -> tuple[
         return 1, None
     value, loc = route[key], route.val_locs[key]
     allowed = "[min, max] (inclusive integers >= 1; max may be null for unbounded), or one integer"
-    if _is_int(value) and value >= 1:
+    if plan.is_int(value) and value >= 1:
         return value, value
-    if (isinstance(value, list) and len(value) == 2 and _is_int(value[0]) and value[0] >= 1
-            and (value[1] is None or _is_int(value[1]))):
+    if (isinstance(value, list) and len(value) == 2 and plan.is_int(value[0]) and value[0] >= 1
+            and (value[1] is None or plan.is_int(value[1]))):
         lo, hi = value
         if hi is not None and hi < lo:
             errors.add(loc, f"{where}{key}", f"got [{lo}, {hi}]: max is below min")
@@ -490,7 +424,7 @@ def _resolve_range(route: LMap, key: str, errors: _Errors, where: str) -> tuple[
 
 def _check_sections(m: LMap, allowed_top: tuple[str, ...], where: str, errors: _Errors) -> None:
     _check_keys(m, allowed_top, where, errors, where.rstrip("."))
-    for section in ROUTE_SECTIONS & set(m):
+    for section in (s for s in ROUTE_SECTIONS if s in m):
         value = m[section]
         if not isinstance(value, LMap):
             errors.add(m.val_locs[section], f"{where}{section}",
@@ -499,13 +433,14 @@ def _check_sections(m: LMap, allowed_top: tuple[str, ...], where: str, errors: _
             _check_keys(value, SECTION_KEYS[section], section, errors, f"{where}{section}")
 
 
-def _resolve_route(route: Any, loc: Loc, defaults: LMap, errors: _Errors) -> dict | None:
+def _resolve_route(route: Any, loc: Loc, defaults: LMap, errors: _Errors) -> plan.Route | None:
+    """The route's plan.Route, or None when a problem was reported (all of them are, in `errors`)."""
     if not isinstance(route, LMap):
         errors.add(loc, "routes", "each route is a mapping with name, n, batch, driver and knob sections")
         return None
     name = route.get("name")
     where = f"routes[{name}]." if isinstance(name, str) else "routes."
-    if not isinstance(name, str) or not _NAME_RE.match(name) or "stream" in name.lower():
+    if not isinstance(name, str) or not _NAME_RE.match(name) or REFUSED_WORD in name.lower():
         errors.add(route.val_locs.get("name", route.loc), f"{where}name",
                    f"got {name!r}; allowed: a name of letters, digits, '_', '.', '-' "
                    "(without the word the service refuses)")
@@ -513,13 +448,20 @@ def _resolve_route(route: Any, loc: Loc, defaults: LMap, errors: _Errors) -> dic
         if key in route:
             errors.add(route.key_locs[key], f"{where}{key}", "only in a variant that `extends` another")
     _check_sections(route, ROUTE_KEYS, where, errors)
-    flat: dict[str, Any] = {"name": name}
-    flat["n_min"], flat["n_max"] = _resolve_range(route, "n", errors, where)
-    flat["batch_min"], flat["batch_max"] = _resolve_range(route, "batch", errors, where)
-    for knob in ROUTE_KNOBS:
-        flat[knob.key] = _resolve_knob(knob, [route, defaults], errors, where)
-    _check_invariants(flat, route, defaults, errors, where)
-    return flat
+    before = len(errors.items)
+    n_range = _resolve_range(route, "n", errors, where)
+    batch_range = _resolve_range(route, "batch", errors, where)
+    values = {knob.path: _resolve_knob(knob, [route, defaults], errors, where) for knob in ROUTE_KNOBS}
+    if len(errors.items) > before:
+        return None
+    sections = {section: group(**{p[1]: v for p, v in values.items() if p[0] == section})
+                for section, group in plan.SECTIONS.items()}
+    driver = values[("driver",)]
+    for path, message in plan.route_problems(driver, sections):
+        errors.add(_loc_of(path, route, defaults), f"{where}{'.'.join(path)}", message)
+    if len(errors.items) > before:
+        return None
+    return plan.Route(name=name, n_range=n_range, batch_range=batch_range, driver=driver, **sections)
 
 
 def _loc_of(path: tuple[str, ...], route: LMap, defaults: LMap) -> Loc:
@@ -530,46 +472,36 @@ def _loc_of(path: tuple[str, ...], route: LMap, defaults: LMap) -> Loc:
     return route.loc
 
 
-def _check_invariants(flat: dict, route: LMap, defaults: LMap, errors: _Errors, where: str) -> None:
-    """Knob relations the kernels rely on (checked only between values that are valid alone)."""
-    width, outer = flat["panel_width"], flat["outer"]
-    if _pow2(1, 64)(width) is None and _pow2(32, 512)(outer) is None and outer % width:
-        found, _, _ = _lookup(route, ("twolevel", "outer"))
-        path = ("twolevel", "outer") if found else ("panel", "width")
-        errors.add(_loc_of(path, route, defaults), f"{where}{'.'.join(path)}",
-                   f"panel.width {width} does not divide twolevel.outer {outer}; allowed: an outer block "
-                   "that is a multiple of panel.width (inner panels tile the outer block)")
-
-
-def _check_cover(routes: list[dict], locs: list[Loc], where: Loc, errors: _Errors) -> None:
+def _check_cover(routes: list[plan.Route], locs: list[Loc], where: Loc, errors: _Errors) -> None:
     """No gap in n 1..COVER_N x batch 1..COVER_BATCH, and no route shadowed by earlier ones."""
-    def cuts(lo_key: str, hi_key: str, top: int) -> list[int]:
+    def cuts(bounds: list[tuple], top: int) -> list[int]:
         points = {1, top + 1}
-        for r in routes:
-            for p in (r[lo_key], None if r[hi_key] is None else r[hi_key] + 1):
+        for lo, hi in bounds:
+            for p in (lo, None if hi is None else hi + 1):
                 if p is not None and 1 <= p <= top:
                     points.add(p)
         return sorted(points)
 
-    n_cuts, b_cuts = cuts("n_min", "n_max", COVER_N), cuts("batch_min", "batch_max", COVER_BATCH)
+    n_cuts = cuts([r.n_range for r in routes], COVER_N)
+    b_cuts = cuts([r.batch_range for r in routes], COVER_BATCH)
     used = [False] * len(routes)
     inside = [False] * len(routes)
     for n_lo, n_next in zip(n_cuts, n_cuts[1:]):
         for b_lo, b_next in zip(b_cuts, b_cuts[1:]):
-            hit = next((i for i, r in enumerate(routes) if _covers(r, n_lo, b_lo)), None)
+            hit = next((i for i, r in enumerate(routes) if r.covers(n_lo, b_lo)), None)
             if hit is None:
                 errors.add(where, "routes", f"no route covers n in {n_lo}..{n_next - 1}, "
                            f"batch in {b_lo}..{b_next - 1}; end with a catch-all (n: [1, null], batch: [1, null])")
                 return
             used[hit] = True
             for i, r in enumerate(routes):
-                inside[i] = inside[i] or _covers(r, n_lo, b_lo)
-    names = [r["name"] for r in routes]
+                inside[i] = inside[i] or r.covers(n_lo, b_lo)
+    names = [r.name for r in routes]
     for i, r in enumerate(routes):
         if inside[i] and not used[i]:
-            close = difflib.get_close_matches(str(r["name"]), [str(n) for n in names[:i]], n=1, cutoff=0.6)
+            close = difflib.get_close_matches(str(r.name), [str(n) for n in names[:i]], n=1, cutoff=0.6)
             hint = f"; did you mean to patch '{close[0]}'?" if close else ""
-            errors.add(locs[i], f"routes[{r['name']}]", "never used: earlier routes cover all its shapes "
+            errors.add(locs[i], f"routes[{r.name}]", "never used: earlier routes cover all its shapes "
                        f"(move it up, or use `before:`){hint}")
 
 
@@ -585,24 +517,24 @@ def _check_top(tree: LMap, errors: _Errors) -> tuple[str, str, str]:
     elif not isinstance(gpu, str) or not re.match(r"^[A-Za-z0-9_]+$", gpu):
         errors.add(tree.val_locs["gpu"], "gpu", f"got {gpu!r}; allowed: one GPU type such as H200 or B200")
     description = tree.get("description", "")
-    if not isinstance(description, str) or "\n" in description.strip() or "stream" in description.lower():
+    if not isinstance(description, str) or "\n" in description.strip() or REFUSED_WORD in description.lower():
         errors.add(tree.val_locs.get("description"), "description",
                    "allowed: one line of text (without the word the service refuses: it goes into the file)")
     return str(leaderboard), str(gpu), str(description).strip()
 
 
-def _resolve_settings(tree: LMap, errors: _Errors) -> dict:
+def _resolve_settings(tree: LMap, errors: _Errors) -> plan.Settings:
     settings = tree.get("settings", LMap(tree.loc))
     if not isinstance(settings, LMap):
         errors.add(tree.val_locs["settings"], "settings", "expected a mapping")
         settings = LMap(tree.loc)
-    _check_keys(settings, [k.key for k in SETTINGS_KNOBS], "settings", errors, "settings")
-    out = {k.key: _resolve_knob(k, [settings], errors, "settings.") for k in SETTINGS_KNOBS}
+    _check_keys(settings, [k.dotted for k in SETTINGS_KNOBS], "settings", errors, "settings")
+    out = {k.dotted: _resolve_knob(k, [settings], errors, "settings.") for k in SETTINGS_KNOBS}
     lo, hi = out["graph_min_numel"], out["graph_max_numel"]
-    if _is_int(lo) and _is_int(hi) and hi < lo:
+    if plan.is_int(lo) and plan.is_int(hi) and hi < lo:
         errors.add(settings.val_locs.get("graph_max_numel", settings.loc), "settings.graph_max_numel",
                    f"got {hi}; allowed: at least graph_min_numel ({lo})")
-    return out
+    return plan.Settings(**out)
 
 
 def _resolve(tree: LMap, path: Path, parents: tuple[Path, ...]) -> Variant:
@@ -621,14 +553,14 @@ def _resolve(tree: LMap, path: Path, parents: tuple[Path, ...]) -> Variant:
         errors.raise_if_any()
     routes, locs = [], []
     for raw, loc in zip(raw_routes, raw_routes.item_locs):
-        flat = _resolve_route(raw, loc, defaults, errors)
-        if flat is not None:
-            routes.append(flat)
+        route = _resolve_route(raw, loc, defaults, errors)
+        if route is not None:
+            routes.append(route)
             locs.append(loc)
-    names = [r["name"] for r in routes]
+    names = [r.name for r in routes]
     for r, loc in zip(routes, locs):
-        if names.count(r["name"]) > 1:
-            errors.add(loc, f"routes[{r['name']}].name", "duplicate route name (names must be unique)")
+        if names.count(r.name) > 1:
+            errors.add(loc, f"routes[{r.name}].name", "duplicate route name (names must be unique)")
     errors.raise_if_any()
     _check_cover(routes, locs, raw_routes.loc, errors)
     errors.raise_if_any()

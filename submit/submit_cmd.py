@@ -9,6 +9,7 @@ shared with `qrsub submissions wait/show`.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -96,7 +97,8 @@ def variant_knobs(variant: Any) -> dict:
     """What the ledger keeps of a resolved variant: enough to rebuild or compare it."""
     return {"leaderboard": variant.leaderboard, "gpu": variant.gpu,
             "parents": [str(p) for p in variant.parents],
-            "routes": [dict(r) for r in variant.routes], "settings": dict(variant.settings)}
+            "routes": [dataclasses.asdict(r) for r in variant.routes],
+            "settings": dataclasses.asdict(variant.settings)}
 
 
 # ---- lint: the service's rules, checked before anything is sent ------------

@@ -1,6 +1,7 @@
 """`qrsub variants` (list the shipped variants) and `qrsub diff` (resolved knobs that differ)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -34,6 +35,8 @@ def variants(directory: str | None) -> None:
 
 
 def _fmt(value) -> str:
+    if isinstance(value, tuple) and len(value) == 2 and all(v is None or isinstance(v, int) for v in value):
+        return f"{value[0]}..{'' if value[1] is None else value[1]}"   # an n or batch range
     return "unbounded" if value is None else str(value)
 
 
@@ -43,22 +46,23 @@ def diff_variants(a, b) -> list[str]:
     for key in ("leaderboard", "gpu"):
         if getattr(a, key) != getattr(b, key):
             lines.append(f"{key}: {getattr(a, key)} -> {getattr(b, key)}")
-    for key in a.settings:
-        if a.settings[key] != b.settings[key]:
-            lines.append(f"settings.{key}: {_fmt(a.settings[key])} -> {_fmt(b.settings[key])}")
-    names_a, names_b = [r["name"] for r in a.routes], [r["name"] for r in b.routes]
+    for f in dataclasses.fields(a.settings):
+        va, vb = getattr(a.settings, f.name), getattr(b.settings, f.name)
+        if va != vb:
+            lines.append(f"settings.{f.name}: {_fmt(va)} -> {_fmt(vb)}")
+    names_a, names_b = [r.name for r in a.routes], [r.name for r in b.routes]
     common = [n for n in names_a if n in names_b]
     if common != [n for n in names_b if n in names_a]:
         lines.append(f"route order: {', '.join(names_a)} -> {', '.join(names_b)}")
-    routes_b = {r["name"]: r for r in b.routes}
+    routes_b = {r.name: r for r in b.routes}
     for ra in a.routes:
-        rb = routes_b.get(ra["name"])
+        rb = routes_b.get(ra.name)
         if rb is None:
-            lines.append(f"route {ra['name']}: only in {a.name}")
+            lines.append(f"route {ra.name}: only in {a.name}")
             continue
-        for key in ra:
-            if ra[key] != rb[key]:
-                lines.append(f"route {ra['name']}: {key}: {_fmt(ra[key])} -> {_fmt(rb[key])}")
+        for (key, va), (_, vb) in zip(ra.knob_items(), rb.knob_items()):
+            if va != vb:
+                lines.append(f"route {ra.name}: {key}: {_fmt(va)} -> {_fmt(vb)}")
     lines += [f"route {n}: only in {b.name}" for n in names_b if n not in names_a]
     return lines
 

@@ -1,18 +1,36 @@
 """Shared helpers for the kernel tests: interpreter setup, inputs, plans."""
 import torch
 
+from qrsub.kernels import plan
+from qrsub.kernels.naive import panel_ref, strip_ref
+from qrsub.kernels.strip import trailing_strip
+
 # conftest.py sets TRITON_INTERPRET where there is no GPU: kernels then run on CPU tensors.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def plan(**knobs) -> dict:
-    """A complete route dict (every key the drivers read), small-shape defaults."""
-    base = dict(name="test", n_min=1, n_max=None, batch_min=1, batch_max=None, driver="blocked",
-                panel_width=16, panel_warps=4, strip_bm=16, strip_bn=16, strip_stages=2, strip_warps=4,
-                prec_project="fp32", prec_tcontract="fp32", prec_apply="fp32", outer=32,
-                far_precision="fp32", coop_programs=1, coop_max_rows=64, graph="off")
-    base.update(knobs)
-    return base
+# Knobs for small shapes, by section; a test changes a few with route(panel=dict(width=8), ...).
+SMALL_KNOBS = dict(panel=dict(width=16, num_warps=4), strip=dict(bm=16, bn=16, num_stages=2, num_warps=4),
+                   precision=dict(project="fp32", tcontract="fp32", apply="fp32"),
+                   twolevel=dict(outer=32, far_precision="fp32"),
+                   far=dict(bm=16, bn=16, num_stages=2, num_warps=4), coop=dict(programs=1, max_rows=64),
+                   graph=dict(mode="off"))
+
+
+def route(name="test", driver="blocked", n_range=(1, None), batch_range=(1, None), **sections) -> plan.Route:
+    """A plan.Route with SMALL_KNOBS, each section updated by the keyword of its name."""
+    groups = {s: plan.SECTIONS[s](**{**SMALL_KNOBS[s], **sections.pop(s, {})}) for s in plan.SECTIONS}
+    assert not sections, f"unknown sections {sorted(sections)}"
+    return plan.Route(name=name, n_range=n_range, batch_range=batch_range, driver=driver, **groups)
+
+
+# The precisions Triton's interpreter really computes: it rounds fp16 operands as the GPU
+# does and multiplies in fp32, but runs tf32 and tf32x3 as plain fp32 (it ignores
+# input_precision). Tests of those two on the CPU would pass without testing them: the
+# GPU tests cover them.
+CPU_MODELED_PRECISIONS = tuple(p for p in plan.PRECISIONS if not p.startswith("tf32"))
+
+SETTINGS = plan.Settings(graph_min_numel=5000, graph_max_numel=10**8, clone_outputs=True)
 
 
 def special_matrices(n: int, batch: int = 5, seed: int = 0) -> torch.Tensor:
@@ -43,3 +61,39 @@ def harness_check(A, H, tau) -> float:
     ok, message = reference.check_implementation(A, (H, tau))
     assert ok, message
     return float(re.search(r"scaled_factor_residual=([0-9.eE+-]+)", message).group(1)) / 20.0
+
+
+# Relative error bounds per precision (one product of O(1) data): fp32-like, then one 16-bit pass.
+STRIP_TOLERANCE = {"fp32": 1e-5, "tf32x3": 1e-5, "fp16x3": 1e-5, "tf32": 3e-3, "fp16x2lo": 3e-3, "fp16": 3e-3}
+
+
+def reflectors(L, bw, BB, seed=0):
+    """V and T (float64, padded to BB) of a random L x bw panel."""
+    g = torch.Generator().manual_seed(seed)
+    _, _, T, V = panel_ref(torch.randn(L, bw, generator=g, dtype=torch.float64))
+    Vp = torch.zeros(L, BB, dtype=torch.float64)
+    Tp = torch.zeros(BB, BB, dtype=torch.float64)
+    Vp[:, :bw], Tp[:bw, :bw] = V, T
+    return Vp, Tp
+
+
+def strip_error(prec, n, j, bw, split_rows=0):
+    """Largest relative error of the strip over the batch, and the inputs and output."""
+    batch, BB = 2, 16
+    g = torch.Generator().manual_seed(1)
+    A = torch.randn(batch, n, n, generator=g)
+    V = torch.zeros(batch, n, BB)
+    T = torch.zeros(batch, BB, BB)
+    for i in range(batch):
+        Vi, Ti = reflectors(n - j, bw, BB, seed=i)
+        V[i, j:], T[i] = Vi.float(), Ti.float()
+    A, V, T = A.to(DEVICE), V.to(DEVICE), T.to(DEVICE)
+    out = A.clone()
+    c0 = j + bw
+    trailing_strip(A, out, V, T, j, c0, n - c0, strip=plan.StripKnobs(bm=16, bn=16, num_stages=2, num_warps=4, split_rows=split_rows),
+                   precision=plan.PrecisionKnobs(project=prec, tcontract=prec, apply=prec))
+    errors = []
+    for i in range(batch):
+        ref = strip_ref(A[i, j:, c0:].double().cpu(), V[i, j:].double().cpu(), T[i].double().cpu())
+        errors.append(float((out[i, j:, c0:].double().cpu() - ref).norm() / ref.norm()))
+    return max(errors), A, out, c0

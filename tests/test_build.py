@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from qrsub.build import BuildError, BuildWarning, build_variant, write_build
 from qrsub.lint import lint_text
 from qrsub.submit.cli import main
+from qrsub.kernels import plan
 from qrsub.variant import VariantError, load_variant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,9 +55,11 @@ def qr_routed(A, routes, settings):
 
 
 def kernels(tmp_path: Path, **modules: str) -> Path:
+    """The stand-in library, with the real plan module (ROUTES and SETTINGS are its dataclasses)."""
     folder = tmp_path / "kernels"
     folder.mkdir(exist_ok=True)
-    for name, source in {"helpers": HELPERS, "routing": ROUTING, **modules}.items():
+    plan_source = (ROOT / "kernels" / "plan.py").read_text()
+    for name, source in {"plan": plan_source, "helpers": HELPERS, "routing": ROUTING, **modules}.items():
         (folder / f"{name}.py").write_text(textwrap.dedent(source))
     return folder
 
@@ -67,7 +70,7 @@ def variant(tmp_path: Path, text: str = VARIANT, name: str = "test.yaml") -> Pat
     return path
 
 
-def build(tmp_path: Path, order=("helpers", "routing"), **modules) -> str:
+def build(tmp_path: Path, order=("plan", "helpers", "routing"), **modules) -> str:
     return build_variant(variant(tmp_path), kernels_dir=kernels(tmp_path, **modules), module_order=order)
 
 
@@ -83,7 +86,7 @@ def test_directives_first_then_provenance(tmp_path):
     assert "# variant: test (a test variant)" in header
     assert "# extends: (none)" in header
     assert "# sources sha256: " in header
-    assert "# kernel modules: helpers, routing" in header
+    assert "# kernel modules: plan, helpers, routing" in header
     assert "small" in header and "geqrf" in header
 
 
@@ -92,7 +95,7 @@ def test_file_compiles_imports_only_allowed_modules_and_lints_clean(tmp_path):
     tree = ast.parse(text)
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"torch", "triton", "task", "math", "__future__"} and "task" in imported
+    assert imported <= {"torch", "triton", "task", "math", "dataclasses", "__future__"} and "task" in imported
     assert lint_text(text, "submission.py") == []
     assert text.count("import torch\n") == 1 and text.count("import math\n") == 1  # hoisted once
     assert "from .helpers" not in text
@@ -101,10 +104,12 @@ def test_file_compiles_imports_only_allowed_modules_and_lints_clean(tmp_path):
 def test_routes_and_settings_literals_are_the_resolved_variant(tmp_path):
     text = build(tmp_path)
     v = load_variant(tmp_path / "test.yaml")
-    assigned = {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(text).body
+    # The literals are plan dataclasses: evaluate them with the plan's names only.
+    assigned = {node.targets[0].id: eval(compile(ast.Expression(node.value), "submission.py", "eval"), vars(plan))
+                for node in ast.parse(text).body
                 if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
                 and node.targets[0].id in ("ROUTES", "SETTINGS")}
-    assert assigned == {"ROUTES": [dict(r) for r in v.routes], "SETTINGS": v.settings}
+    assert assigned == {"ROUTES": v.routes, "SETTINGS": v.settings}
     assert text.rstrip().endswith("return qr_routed(data, ROUTES, SETTINGS)")
 
 
@@ -287,7 +292,7 @@ def test_cli_diff_and_variants():
     runner = CliRunner()
     result = runner.invoke(main, ["diff", str(CHAMPION), str(ROOT / "variants" / "champion-outer32-2048.yaml")])
     assert result.exit_code == 0
-    assert "route huge: outer: 128 -> 32" in result.output
+    assert "route huge: twolevel.outer: 128 -> 32" in result.output
     result = runner.invoke(main, ["variants", str(ROOT / "variants")])
     assert result.exit_code == 0 and "champion-nograph" in result.output and "INVALID" not in result.output
 

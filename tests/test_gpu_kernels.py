@@ -3,12 +3,12 @@ cooperative panel with several programs spinning on each other, tensor-core prec
 and CUDA graphs, at sizes the interpreter cannot reach."""
 import pytest
 import torch
-from kernel_helpers import harness_check, plan
+from kernel_helpers import STRIP_TOLERANCE, harness_check, route, strip_error
 
-from qrsub.kernels import routing
-from qrsub.kernels.blocked import DRIVERS
+from qrsub.kernels import plan, routing
 from qrsub.kernels.coop import coop_panel
 from qrsub.kernels.naive import panel_ref
+from qrsub.kernels.routing import DRIVER_FUNCTIONS as DRIVERS
 
 pytestmark = pytest.mark.gpu
 
@@ -21,15 +21,16 @@ def gpu_matrices(batch, n, seed=0, cond=2):
     return A.contiguous()
 
 
+@pytest.mark.parametrize("exchange", ["counter", "slots"])
 @pytest.mark.parametrize("programs", [2, 4, 8])
-def test_cooperative_panel_with_several_programs(programs):
+def test_cooperative_panel_with_several_programs(programs, exchange):
     n, j, bw = 1536, 0, 32
     A = gpu_matrices(2, n)
     dst = A.clone()
     tau = torch.zeros(2, n, device="cuda")
     T = torch.zeros(2, 32, 32, device="cuda")
     V = torch.zeros(2, n, 32, device="cuda")
-    coop_panel(A, dst, tau, T, V, j, bw, programs=programs, num_warps=4)
+    coop_panel(A, dst, tau, T, V, j, bw, programs=programs, exchange=exchange, num_warps=4)
     for i in range(2):
         P, tau_ref, T_ref, _ = panel_ref(A[i, :, :bw].double().cpu())
         torch.testing.assert_close(dst[i, :, :bw].double().cpu(), P, atol=1e-4, rtol=1e-3)
@@ -38,26 +39,48 @@ def test_cooperative_panel_with_several_programs(programs):
 
 
 @pytest.mark.parametrize("driver,n,knobs", [
-    ("blocked", 200, dict(panel_width=16, strip_bm=32, strip_bn=16)),
-    ("blocked", 520, dict(panel_width=32, strip_bm=32, strip_bn=64, panel_warps=[[256, 4], [None, 8]])),
-    ("twolevel", 1100, dict(panel_width=16, outer=128, strip_bm=64, strip_bn=32, far_precision="tf32", panel_warps=[[None, 8]])),
-    ("coop", 1600, dict(panel_width=32, outer=256, coop_programs=4, coop_max_rows=512, strip_bm=64, strip_bn=32, panel_warps=[[None, 8]])),
+    ("blocked", 200, dict(panel=dict(width=16), strip=dict(bm=32, bn=16))),
+    ("blocked", 520, dict(panel=dict(width=32, num_warps=((256, 4), (None, 8))), strip=dict(bm=32, bn=64))),
+    ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
+                            twolevel=dict(outer=128, far_precision="tf32"))),
+    ("coop", 1600, dict(panel=dict(width=32, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
+                        twolevel=dict(outer=256), coop=dict(programs=4, max_rows=512))),
+    ("coop", 2100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32, split_rows=256),
+                        twolevel=dict(outer=128, block_t="gram", far_precision="tf32"),
+                        coop=dict(programs=4, max_rows=512, exchange="slots"))),
+    ("twolevel", 520, dict(panel=dict(width=16, num_warps=4), strip=dict(bm=32, bn=16),
+                           twolevel=dict(outer=64, inner="fused", far_update="strip"), far=dict(bm=32, bn=64, num_warps=4))),
+    ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
+                            twolevel=dict(outer=128, inner="fused", far_precision="tf32"))),
 ])
 @pytest.mark.parametrize("prec", ["fp16x3", "tf32x3"])
 def test_drivers_pass_the_gate_on_gpu(driver, n, knobs, prec):
     A = gpu_matrices(3, n)
-    p = plan(driver=driver, prec_project=prec, prec_apply=prec, prec_tcontract="fp32", **knobs)
-    H, tau = DRIVERS[driver](A, p)
+    r = route(driver=driver, precision=dict(project=prec, tcontract="fp32", apply=prec), **knobs)
+    H, tau = DRIVERS[driver](A, r)
     margin = harness_check(A, H, tau)
     assert margin < 0.5, f"factor residual at {margin:.2f} of the gate"
 
 
 def test_graph_replays_return_independent_outputs():
     """The harness keeps several outputs alive: each replay's result must be its own tensor."""
-    settings = {"graph_min_numel": 0, "graph_max_numel": 10**9, "clone_outputs": True}
-    route = plan(name="graph-test", panel_width=16, strip_bm=32, strip_bn=16, graph="capture")
+    settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**9, clone_outputs=True)
+    graphed = route("graph-test", panel=dict(width=16), strip=dict(bm=32, bn=16), graph=dict(mode="capture"))
     inputs = [gpu_matrices(4, 96, seed=s) for s in range(4)]
-    outputs = [routing.qr_routed(A, [route], settings) for A in inputs]
+    outputs = [routing.qr_routed(A, [graphed], settings) for A in inputs]
     for A, (H, tau) in zip(inputs, outputs):
         harness_check(A, H, tau)
     assert outputs[1][0].data_ptr() != outputs[2][0].data_ptr()
+
+
+@pytest.mark.parametrize("prec", ["tf32", "tf32x3"])
+def test_strip_tf32_family_on_gpu(prec):
+    """The GPU twin of test_kernel_strip.py for the precisions the interpreter runs as fp32."""
+    err, *_ = strip_error(prec, 40, 0, 16)
+    assert err < STRIP_TOLERANCE[prec], f"{prec}: relative error {err:.2e}"
+
+
+def test_tf32_is_really_reduced_and_tf32x3_really_recovers():
+    one_pass, *_ = strip_error("tf32", 40, 0, 16)
+    split, *_ = strip_error("tf32x3", 40, 0, 16)
+    assert one_pass > 1e-5 and split < one_pass / 10

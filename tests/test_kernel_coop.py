@@ -1,11 +1,12 @@
 """The cooperative panel: its reduction scheme in torch for several programs, and the
 kernel itself through the interpreter with one program (programs spin on each other,
-which the interpreter, running them one after another, cannot do)."""
+which the interpreter, running them one after another, cannot do; test_gpu_kernels.py
+runs 2, 4 and 8 programs on a GPU)."""
 import pytest
 import torch
 from kernel_helpers import special_matrices
 
-from qrsub.kernels.coop import coop_panel, coop_programs_allowed
+from qrsub.kernels.coop import coop_panel, resident_programs
 from qrsub.kernels.naive import coop_panel_ref, panel_ref
 
 
@@ -20,14 +21,15 @@ def test_partial_sums_reproduce_the_panel(programs, L, b):
         torch.testing.assert_close(tau, tau_ref)
 
 
-def test_kernel_with_one_program_matches_reference():
+@pytest.mark.parametrize("exchange", ["counter", "slots"])
+def test_kernel_with_one_program_matches_reference(exchange):
     A = special_matrices(36)
     j, bw = 4, 16
     dst = A.clone()
     tau = torch.zeros(A.shape[0], 36, device=A.device)
     T = torch.zeros(A.shape[0], 16, 16, device=A.device)
     V = torch.zeros(A.shape[0], 36, 16, device=A.device)
-    coop_panel(A, dst, tau, T, V, j, bw, programs=4, num_warps=4)
+    coop_panel(A, dst, tau, T, V, j, bw, programs=4, exchange=exchange, num_warps=4)
     for i in range(A.shape[0]):
         P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + bw].double().cpu())
         torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)
@@ -36,5 +38,7 @@ def test_kernel_with_one_program_matches_reference():
         torch.testing.assert_close(V[i, j:].double().cpu(), V_ref, atol=2e-5, rtol=1e-4)
 
 
-def test_interpreter_runs_one_program():
-    assert coop_programs_allowed(16, 2, torch.device("cpu")) == 1
+@pytest.mark.parametrize("programs,batch,sms,used", [
+    (16, 2, 132, 16), (16, 8, 132, 16), (16, 9, 132, 8), (4, 60, 132, 2), (8, 200, 132, 1), (1, 1, 132, 1)])
+def test_programs_are_halved_until_all_are_resident(programs, batch, sms, used):
+    assert resident_programs(programs, batch, sms) == used

@@ -1,9 +1,10 @@
 """Each driver's full QR on small shapes: against geqrf and through the harness's checker."""
 import pytest
 import torch
-from kernel_helpers import DEVICE, harness_check, plan, special_matrices
+from kernel_helpers import CPU_MODELED_PRECISIONS, DEVICE, harness_check, route, special_matrices
 
-from qrsub.kernels.blocked import DRIVERS
+from qrsub.kernels import plan
+from qrsub.kernels.routing import DRIVER_FUNCTIONS as DRIVERS
 
 SHAPES = [1, 2, 5, 16, 23, 40]
 
@@ -11,10 +12,10 @@ SHAPES = [1, 2, 5, 16, 23, 40]
 @pytest.mark.parametrize("driver", ["blocked", "twolevel", "coop"])
 @pytest.mark.parametrize("n", SHAPES)
 def test_driver_matches_geqrf_and_passes_the_gate(driver, n):
-    if driver != "blocked" and n < 16:
+    if driver in plan.TWO_LEVEL_DRIVERS and n < 16:
         pytest.skip("two-level drivers take n >= panel width (routes send small n elsewhere)")
     A = special_matrices(n)
-    knobs = plan(driver=driver, panel_width=16 if driver != "blocked" else 8, outer=32, coop_max_rows=20)
+    knobs = route(driver=driver, panel=dict(width=16 if driver != "blocked" else 8), coop=dict(max_rows=20))
     before = A.clone()
     H, tau = DRIVERS[driver](A, knobs)
     assert torch.equal(A, before), "drivers must not write to their input"
@@ -25,18 +26,18 @@ def test_driver_matches_geqrf_and_passes_the_gate(driver, n):
     assert margin < 0.5, f"factor residual at {margin:.2f} of the gate"
 
 
-@pytest.mark.parametrize("prec", ["fp16x3", "tf32x3"])
+@pytest.mark.parametrize("prec", [p for p in CPU_MODELED_PRECISIONS if p.endswith("x3")])
 def test_split_precision_drivers_pass_the_gate(prec):
     # One 16-bit pass (fp16, tf32) fails the gate at small n (it scales with n): routes choose per n.
     A = special_matrices(48, batch=3)
-    knobs = plan(driver="blocked", panel_width=16, prec_project=prec, prec_tcontract="fp32", prec_apply=prec)
+    knobs = route(precision=dict(project=prec, tcontract="fp32", apply=prec))
     H, tau = DRIVERS["blocked"](A, knobs)
     harness_check(A, H, tau)
 
 
 def test_geqrf_driver_is_torch_geqrf():
     A = special_matrices(6)
-    H, tau = DRIVERS["geqrf"](A, plan(driver="geqrf"))
+    H, tau = DRIVERS["geqrf"](A, route(driver="geqrf"))
     H_ref, tau_ref = torch.geqrf(A)
     assert torch.equal(H, H_ref) and torch.equal(tau, tau_ref)
 
@@ -45,7 +46,27 @@ def test_drivers_reuse_scratch_buffers():
     from qrsub.kernels import scratch
 
     A = special_matrices(20, batch=2)
-    DRIVERS["blocked"](A, plan())
+    DRIVERS["blocked"](A, route())
     count = len(scratch._SCRATCH)
-    DRIVERS["blocked"](A, plan())
+    DRIVERS["blocked"](A, route())
     assert len(scratch._SCRATCH) == count
+
+
+@pytest.mark.parametrize("driver", plan.TWO_LEVEL_DRIVERS)
+def test_a_two_level_route_refuses_narrow_panels(driver):
+    with pytest.raises(ValueError, match="panel.width: got 8 with driver"):
+        route(driver=driver, panel=dict(width=8))
+
+
+@pytest.mark.parametrize("inner,far_update", [("fused", "cublas"), ("fused", "strip"), ("launches", "strip")])
+@pytest.mark.parametrize("n", [16, 40, 53])
+def test_two_level_inner_and_far_modes(inner, far_update, n):
+    """The fused block and the strip far update against geqrf, with n a multiple of the
+    outer block (16), several blocks with a partial inner panel (53 = 32 + 16 + 5)."""
+    A = special_matrices(n, batch=3)
+    r = route(driver="twolevel", twolevel=dict(outer=32, inner=inner, far_update=far_update))
+    H, tau = DRIVERS["twolevel"](A, r)
+    H_ref, tau_ref = torch.geqrf(A.double().cpu())
+    torch.testing.assert_close(H.double().cpu(), H_ref, atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(tau.double().cpu(), tau_ref, atol=1e-4, rtol=1e-3)
+    assert harness_check(A, H, tau) < 0.5

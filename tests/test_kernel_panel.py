@@ -4,12 +4,12 @@ import torch
 from kernel_helpers import DEVICE, special_matrices
 
 from qrsub.kernels.naive import panel_ref
-from qrsub.kernels.panel import householder_panel, panel_block_sizes, pick_warps
+from qrsub.kernels.panel import householder_panel, padded_width, pick_warps
 
 
 def run_panel(A, j, bw, separate_src=False):
     batch, n, _ = A.shape
-    BB = panel_block_sizes(1, bw)[1]
+    BB = padded_width(bw)
     dst = A.clone()
     src = A.clone() if separate_src else dst
     if separate_src:

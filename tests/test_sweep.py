@@ -70,9 +70,9 @@ def test_emitted_variant_extends_base_and_patches_routes_by_name(tmp_path):
     sw.write_atomic(out, text)
     v, base = variant.load_variant(out), variant.load_variant(CHAMPION)
     mid = v.route_for(n=512, batch=16)
-    assert (mid["strip_bn"], mid["panel_warps"]) == (16, 2)
-    assert mid["strip_bm"] == base.route_for(n=512, batch=16)["strip_bm"]   # the rest comes from BASE
-    assert v.route_for(n=176, batch=40)["prec_apply"] == "tf32x3"
+    assert (mid.strip.bn, mid.panel.num_warps) == (16, 2)
+    assert mid.strip.bm == base.route_for(n=512, batch=16).strip.bm   # the rest comes from BASE
+    assert v.route_for(n=176, batch=40).precision.apply == "tf32x3"
     assert [p.name for p in out.parent.iterdir()] == ["p.yaml"]           # no temporary left behind
 
 

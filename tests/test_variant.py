@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from qrsub.kernels import plan
 from qrsub.submit.variants_cmd import diff_variants
 from qrsub.variant import ROUTE_KNOBS, VariantError, load_variant
 
@@ -35,10 +36,10 @@ def test_minimal_variant_gets_every_knob_from_the_schema(tmp_path):
     v = load_variant(write(tmp_path, "mini.yaml", BASE))
     assert (v.name, v.leaderboard, v.gpu, v.description, v.parents) == ("mini", "qr_v2", "H200", "", ())
     route = v.routes[0]
-    assert list(route) == ["name", "n_min", "n_max", "batch_min", "batch_max", *(k.key for k in ROUTE_KNOBS)]
-    assert route["n_min"] == 1 and route["n_max"] is None and route["batch_max"] is None
-    assert {k.key: route[k.key] for k in ROUTE_KNOBS} == {k.key: k.default for k in ROUTE_KNOBS}
-    assert v.settings == {"graph_min_numel": 5000, "graph_max_numel": 100_000_000, "clone_outputs": True}
+    assert route == plan.Route(name="all"), "every knob at its one default"
+    assert route.n_range == (1, None) and route.batch_range == (1, None)
+    assert [name for name, _ in route.knob_items()][2:] == [k.dotted for k in ROUTE_KNOBS]
+    assert v.settings == plan.Settings(graph_min_numel=5000, graph_max_numel=100_000_000, clone_outputs=True)
 
 
 def test_full_route_as_the_docs_write_it(tmp_path):
@@ -64,24 +65,25 @@ routes:
 """
     v = load_variant(write(tmp_path, "full.yaml", text))
     mid, rest = v.routes
-    assert mid["panel_width"] == 16 and mid["panel_warps"] == [[128, 2], [None, 4]]
-    assert (mid["strip_bm"], mid["strip_bn"], mid["strip_stages"], mid["strip_warps"]) == (32, 16, 3, 2)
-    assert (mid["prec_project"], mid["prec_tcontract"], mid["prec_apply"]) == ("fp16", "tf32x3", "fp16")
-    assert (mid["outer"], mid["far_precision"], mid["coop_programs"], mid["coop_max_rows"]) == (128, "tf32", 8, 1024)
-    assert rest["panel_width"] == 32 and rest["panel_warps"] == 4  # from `defaults`
-    assert v.settings["graph_min_numel"] == 0 and v.settings["clone_outputs"] is False
-    assert v.route_for(100, 3)["name"] == "mid" and v.route_for(384, 3)["name"] == "rest"
+    assert mid.panel == plan.PanelKnobs(width=16, num_warps=((128, 2), (None, 4)))
+    assert mid.strip == plan.StripKnobs(bm=32, bn=16, num_stages=3, num_warps=2)
+    assert mid.precision == plan.PrecisionKnobs(project="fp16", tcontract="tf32x3", apply="fp16")
+    assert mid.twolevel == plan.TwoLevelKnobs(outer=128, far_precision="tf32")
+    assert mid.coop == plan.CoopKnobs(programs=8, max_rows=1024) and mid.graph.mode == "capture"
+    assert rest.panel == plan.PanelKnobs(width=32, num_warps=4)  # from `defaults`
+    assert v.settings.graph_min_numel == 0 and v.settings.clone_outputs is False
+    assert v.route_for(100, 3).name == "mid" and v.route_for(384, 3).name == "rest"
 
 
 def test_off_is_a_string_not_yaml_1_1_false(tmp_path):
     v = load_variant(write(tmp_path, "v.yaml", BASE + "    graph: {mode: off}\n"))
-    assert v.routes[0]["graph"] == "off"
+    assert v.routes[0].graph.mode == "off"
 
 
 def test_a_single_integer_range_is_exact(tmp_path):
     v = load_variant(write(tmp_path, "v.yaml", BASE.replace("- name: all", "- name: one\n    n: 512")
                            + "  - name: all\n"))
-    assert (v.routes[0]["n_min"], v.routes[0]["n_max"]) == (512, 512)
+    assert v.routes[0].n_range == (512, 512)
 
 
 # ---------------------------------------------------------------------------
@@ -110,10 +112,18 @@ REJECTS = [
     ("    precision: {apply: fp8}\n", "4:24", ["precision.apply"]),
     ("    precision: {tcontrac: fp16}\n", "4:17", ["did you mean 'tcontract'"]),
     ("    twolevel: {outer: 48}\n", "4:23", ["twolevel.outer", "power of two in 32..512"]),
-    ("    twolevel: {outer: 32}\n    panel: {width: 64}\n", "4:23", ["twolevel.outer", "panel.width 64 does not divide twolevel.outer 32"]),
+    ("    driver: twolevel\n    twolevel: {outer: 32}\n    panel: {width: 64}\n", "5:23",
+     ["twolevel.outer", "panel.width 64 does not divide twolevel.outer 32"]),
+    ("    driver: twolevel\n    panel: {width: 8}\n", "5:20", ["panel.width", "got 8 with driver twolevel"]),
+    ("    driver: coop\n    panel: {width: 8}\n", "5:20", ["panel.width", "at least 16"]),
+    ("    driver: coop\n    twolevel: {inner: fused}\n", "5:23", ["twolevel.inner", "got fused with driver coop"]),
+    ("    driver: twolevel\n    twolevel: {outer: 256, far_update: strip}\n", "5:23",
+     ["twolevel.outer", "at most 128", "far_update strip"]),
+    ("    twolevel: {inner: one}\n", "4:23", ["twolevel.inner", "one of launches, fused"]),
+    ("    far: {bn: 8}\n", "4:15", ["far.bn", "power of two in 16..256"]),
     ("    twolevel: {far_precision: fp16}\n", "4:31", ["twolevel.far_precision", "one of fp32, tf32"]),
     ("    coop: {programs: 3}\n", "4:22", ["coop.programs", "power of two in 1..64"]),
-    ("    coop: {max_rows: 32}\n", "4:22", ["coop.max_rows", "an integer >= 64"]),
+    ("    coop: {max_rows: 0}\n", "4:22", ["coop.max_rows", "an integer >= 1"]),
     ("    graph: {mode: on}\n", "4:19", ["graph.mode", "'on'", "one of off, capture"]),
     ("    graph: {mode: concurrent}\n", "4:19", ["graph.mode", "one of off, capture"]),
     ("    graph: capture\n", "4:12", ["routes[all].graph", "expected a mapping of mode"]),
@@ -230,11 +240,11 @@ routes:
 """)
     v = load_variant(child)
     small, big = v.routes
-    assert small["panel_width"] == 32 and small["panel_warps"] == 2 and small["strip_bm"] == 32
-    assert (small["n_min"], small["n_max"]) == (1, 255)
-    assert big["driver"] == "twolevel" and big["outer"] == 256
+    assert small.panel == plan.PanelKnobs(width=32, num_warps=2) and small.strip.bm == 32
+    assert small.n_range == (1, 255)
+    assert big.driver == "twolevel" and big.twolevel.outer == 256
     assert v.description == "child" and v.gpu == "H200"
-    assert v.settings["graph_min_numel"] == 100 and v.settings["clone_outputs"] is False
+    assert v.settings.graph_min_numel == 100 and v.settings.clone_outputs is False
     assert [p.name for p in v.parents] == ["parent.yaml"]
 
 
@@ -248,13 +258,13 @@ routes:
   - {name: mid, n: [32, 511], before: big}
 """)
     v = load_variant(child)
-    assert [r["name"] for r in v.routes] == ["tiny", "mid", "big"]
+    assert [r.name for r in v.routes] == ["tiny", "mid", "big"]
 
 
 def test_child_defaults_reach_parent_routes_that_do_not_set_the_knob(tmp_path):
     write(tmp_path, "parent.yaml", PARENT)
     v = load_variant(write(tmp_path, "child.yaml", "extends: parent.yaml\ndefaults: {panel: {width: 64}}\n"))
-    assert v.routes[0]["panel_width"] == 16 and v.routes[1]["panel_width"] == 64
+    assert v.routes[0].panel.width == 16 and v.routes[1].panel.width == 64
 
 
 def test_three_level_chain(tmp_path):
@@ -262,7 +272,7 @@ def test_three_level_chain(tmp_path):
     write(tmp_path, "child.yaml", "extends: parent.yaml\nroutes:\n  - {name: big, coop: {programs: 4}}\n")
     v = load_variant(write(tmp_path, "grandchild.yaml", "extends: child.yaml\ngpu: B200\n"))
     assert [p.name for p in v.parents] == ["child.yaml", "parent.yaml"]
-    assert v.gpu == "B200" and v.routes[1]["coop_programs"] == 4
+    assert v.gpu == "B200" and v.routes[1].coop.programs == 4
 
 
 def test_error_in_parent_points_into_the_parent(tmp_path):
@@ -316,19 +326,19 @@ def test_shipped_variants_load(name):
 
 def test_geqrf_is_the_starter():
     v = load_variant(VARIANTS / "geqrf.yaml")
-    assert [(r["driver"], r["n_min"], r["n_max"], r["batch_max"]) for r in v.routes] == [("geqrf", 1, None, None)]
+    assert [(r.driver, r.n_range, r.batch_range) for r in v.routes] == [("geqrf", (1, None), (1, None))]
 
 
 def test_champion_routes_the_benchmark_shapes():
     v = load_variant(VARIANTS / "champion.yaml")
     assert v.gpu == "H200"
-    assert v.route_for(32, 20)["driver"] == "blocked"
-    assert v.route_for(176, 40)["panel_width"] == 16
+    assert v.route_for(32, 20).driver == "blocked"
+    assert v.route_for(176, 40).panel.width == 16
     big = v.route_for(512, 640)
-    assert (big["driver"], big["panel_width"], big["graph"]) == ("blocked", 32, "capture")
-    assert v.route_for(1024, 60)["driver"] == "twolevel"
-    assert v.route_for(2048, 8)["driver"] == "coop"
-    assert v.route_for(4096, 2)["coop_programs"] == 4
+    assert (big.driver, big.panel.width, big.graph.mode) == ("blocked", 32, "capture")
+    assert v.route_for(1024, 60).driver == "twolevel"
+    assert v.route_for(2048, 8).driver == "coop"
+    assert v.route_for(4096, 2).coop.programs == 4
 
 
 def test_variations_differ_from_the_champion_only_where_they_say():
@@ -338,9 +348,9 @@ def test_variations_differ_from_the_champion_only_where_they_say():
         return diff_variants(champion, load_variant(VARIANTS / name))
 
     nograph = diff("champion-nograph.yaml")
-    assert len(nograph) == 6 and all(line.endswith("graph: capture -> off") for line in nograph)
-    assert diff("champion-outer32-2048.yaml") == ["route huge: outer: 128 -> 32"]
-    assert any("panel_warps" in line for line in diff("champion-warps-by-batch.yaml"))
+    assert len(nograph) == 6 and all(line.endswith("graph.mode: capture -> off") for line in nograph)
+    assert diff("champion-outer32-2048.yaml") == ["route huge: twolevel.outer: 128 -> 32"]
+    assert any("panel.num_warps" in line for line in diff("champion-warps-by-batch.yaml"))
     assert load_variant(VARIANTS / "b200.yaml").gpu == "B200"
 
 

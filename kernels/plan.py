@@ -1,0 +1,286 @@
+"""The typed plan: every knob of a route, defined once, from YAML to launch.
+
+A route sends the shapes it covers (n and batch ranges) to one driver with its
+knobs, grouped as the variant files group them: `panel`, `strip`, `precision`,
+`twolevel`, `far`, `coop`, `graph`. Each group is a frozen dataclass below; a knob's
+field name is its YAML name, and the drivers read the same name
+(`route.panel.num_warps` becomes the panel launch's `num_warps=`).
+
+Each field's `metadata["allowed"]` is the one check of that knob and
+`metadata["doc"]` its one description: `qrsub.variant` derives the variant
+schema from them. `route_problems` holds the rules between knobs that the
+kernels rely on; the loader reports them with file:line:col, and a Route that
+breaks one cannot be constructed.
+
+This module is pure Python (no torch, no Triton) and is inlined into the
+submission like the kernel modules.
+"""
+from dataclasses import dataclass, field, fields
+
+# The split precisions of a tensor-core product (kernels/precision.py computes them).
+PRECISIONS = ("fp32", "tf32", "tf32x3", "fp16x3", "fp16x2lo", "fp16")
+# Driver names; routing.py binds each to the function named qr_<name>.
+DRIVERS = ("geqrf", "blocked", "twolevel", "coop")
+# Drivers built from inner panels inside outer blocks (they read `twolevel` and `far`).
+TWO_LEVEL_DRIVERS = ("twolevel", "coop")
+# How a two-level block's inner panels run: a launch per inner panel and in-block strip, or
+# one program per matrix for the whole block (kernels/block.py).
+INNER_MODES = ("launches", "fused")
+# Where the far update runs: cuBLAS (fp32 or tf32), or our strip kernel (any precision).
+FAR_UPDATES = ("cublas", "strip")
+# How a launched block's T is built: the WY merge in torch, or one kernel on the Gram matrix (wy.py).
+BLOCK_T_MODES = ("merge", "gram")
+# How the cooperative panel's programs exchange partial sums per reflector (coop.py).
+COOP_EXCHANGES = ("counter", "slots")
+# The strip kernel's W accumulator is outer x far.bn: wider outer blocks spill.
+MAX_STRIP_OUTER = 128
+# No concurrent-groups mode: overlapping groups needs side queues, which the service
+# warns may disqualify and whose usual spelling it refuses outright.
+GRAPH_MODES = ("off", "capture")
+# tl.dot needs every dimension >= 16: the smallest panel width whose V and T feed it.
+MIN_DOT_WIDTH = 16
+
+
+# ---------------------------------------------------------------------------
+# Allowed values: each check returns None when the value is fine, else what is allowed.
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Pow2:
+    lo: int
+    hi: int
+    zero_is_off: bool = False
+
+    def problem(self, value):
+        allowed = [1 << k for k in range(self.hi.bit_length()) if self.lo <= 1 << k <= self.hi]
+        if is_int(value) and (value in allowed or (self.zero_is_off and value == 0)):
+            return None
+        text = f"a power of two in {self.lo}..{self.hi} ({', '.join(map(str, allowed))})"
+        return f"0 (off) or {text}" if self.zero_is_off else text
+
+
+@dataclass(frozen=True)
+class IntRange:
+    lo: int
+    hi: object = None
+
+    def problem(self, value):
+        if is_int(value) and value >= self.lo and (self.hi is None or value <= self.hi):
+            return None
+        return f"an integer in {self.lo}..{self.hi}" if self.hi is not None else f"an integer >= {self.lo}"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    choices: tuple
+
+    def problem(self, value):
+        return None if isinstance(value, str) and value in self.choices else "one of " + ", ".join(self.choices)
+
+
+@dataclass(frozen=True)
+class Flag:
+    def problem(self, value):
+        return None if isinstance(value, bool) else "true or false"
+
+
+@dataclass(frozen=True)
+class WarpsRule:
+    """num_warps: a power of two 1..32, or ((rows_max, warps), ...) with rows_max ascending
+    (None, meaning any height, only last): the first pair whose rows_max >= the padded height."""
+
+    def problem(self, value):
+        text = ("a power of two in 1..32, or a list of [rows_max, warps] pairs with rows_max "
+                "ascending integers (null, meaning any height, only last) and warps a power of two in 1..32")
+        warps = Pow2(1, 32)
+        if warps.problem(value) is None:
+            return None
+        if not isinstance(value, (list, tuple)) or not value:
+            return text
+        last = 0
+        for i, pair in enumerate(value):
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and warps.problem(pair[1]) is None):
+                return text
+            rows = pair[0]
+            if rows is None and i != len(value) - 1:
+                return text
+            if rows is not None:
+                if not is_int(rows) or rows <= last:
+                    return text
+                last = rows
+        return None
+
+
+def knob(default, allowed, doc: str):
+    return field(default=default, metadata={"allowed": allowed, "doc": doc})
+
+
+# ---------------------------------------------------------------------------
+# The knob groups, in the order of the variant files' sections.
+
+
+@dataclass(frozen=True)
+class PanelKnobs:
+    width: int = knob(32, Pow2(1, 64), "panel width b: columns factored per panel launch")
+    num_warps: object = knob(4, WarpsRule(), "panel num_warps, or [[rows_max, warps], ...]: the first "
+                                             "pair whose rows_max >= the padded panel height")
+
+
+@dataclass(frozen=True)
+class StripKnobs:
+    bm: int = knob(32, Pow2(16, 256), "trailing strip row tile BM")
+    bn: int = knob(32, Pow2(16, 256), "trailing strip columns per program BN")
+    num_stages: int = knob(3, IntRange(1, 6), "software-pipeline stages of the strip's row loops")
+    num_warps: int = knob(2, Pow2(1, 16), "strip num_warps")
+    split_rows: int = knob(0, Pow2(16, 8192, zero_is_off=True), "rows per program when a strip's rows are "
+                                                               "split over programs (taller strips only); 0: off")
+
+
+@dataclass(frozen=True)
+class PrecisionKnobs:
+    # tf32x3 by default: fp32 accuracy with fp32's exponent range (fp16 splits are faster,
+    # but whether their range suffices is for the accuracy gate to decide per shape).
+    project: str = knob("tf32x3", OneOf(PRECISIONS), "precision of the projection V^T C")
+    tcontract: str = knob("tf32x3", OneOf(PRECISIONS), "precision of the T contraction T^T (V^T C)")
+    apply: str = knob("tf32x3", OneOf(PRECISIONS), "precision of the update V (T^T V^T C)")
+
+
+@dataclass(frozen=True)
+class TwoLevelKnobs:
+    outer: int = knob(128, Pow2(32, 512), "two-level outer block O (a multiple of panel.width)")
+    inner: str = knob("launches", OneOf(INNER_MODES), "launches: a launch per inner panel and in-block "
+                                                      "strip; fused: one program per matrix factors the block")
+    block_t: str = knob("merge", OneOf(BLOCK_T_MODES), "inner: launches builds the block's T by the WY "
+                                                       "merge (merge) or one kernel on V's Gram matrix (gram)")
+    far_update: str = knob("cublas", OneOf(FAR_UPDATES), "the far update through cuBLAS (far_precision), or "
+                                                         "through the strip kernel (far: tiles, precision: products)")
+    # fp32 by default: tf32 in the far update was measured safe only at n >= 1024.
+    far_precision: str = knob("fp32", OneOf(("fp32", "tf32")), "precision of the cuBLAS far update")
+
+
+@dataclass(frozen=True)
+class CoopKnobs:
+    programs: int = knob(8, Pow2(1, 64), "programs per matrix in the cooperative panel")
+    exchange: str = knob("counter", OneOf(COOP_EXCHANGES), "how the programs sum their partials per "
+                                                          "reflector: an atomic counter barrier, or sentinel slots")
+    max_rows: int = knob(1024, IntRange(1), "panels up to this height use the one-program panel")
+
+
+@dataclass(frozen=True)
+class GraphKnobs:
+    mode: str = knob("capture", OneOf(GRAPH_MODES), "CUDA graph policy: capture per shape, or off")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Knobs of the whole submission (the variant's `settings:`)."""
+
+    graph_min_numel: int = knob(5000, IntRange(0), "graphs only for inputs with at least this many elements")
+    graph_max_numel: int = knob(100_000_000, IntRange(0), "graphs only for inputs with at most this many elements")
+    clone_outputs: bool = knob(True, Flag(), "clone outputs out of the graph's buffers "
+                                             "(the harness keeps several alive)")
+
+
+# Section name -> its knob group; the order of the variant files.
+# `far` is the far update's strip (twolevel.far_update: strip): the same tile knobs as `strip`.
+SECTIONS = {"panel": PanelKnobs, "strip": StripKnobs, "precision": PrecisionKnobs,
+            "twolevel": TwoLevelKnobs, "far": StripKnobs, "coop": CoopKnobs, "graph": GraphKnobs}
+DRIVER_DOC = "geqrf (torch), blocked (single-level), twolevel, coop (cooperative two-level)"
+
+
+def knob_fields(group) -> tuple:
+    """The dataclass fields of a knob group (class or instance)."""
+    return fields(group)
+
+
+def value_problems(group) -> list:
+    """[(field name, allowed text)] for the knobs of one group whose value is not allowed."""
+    out = []
+    for f in fields(group):
+        problem = f.metadata["allowed"].problem(getattr(group, f.name))
+        if problem:
+            out.append((f.name, problem))
+    return out
+
+
+def route_problems(driver: str, sections: dict) -> list:
+    """[(knob path, message)] for rules between a route's knobs that the drivers rely on.
+
+    `sections` maps section name -> knob group. Only values valid on their own are compared.
+    """
+    out = []
+    if OneOf(DRIVERS).problem(driver):
+        return out
+    for section in ("strip", "far"):
+        strip = sections[section]
+        if not value_problems(strip) and strip.split_rows and strip.split_rows < strip.bm:
+            out.append(((section, "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least {section}.bm "
+                        f"({strip.bm}): each split is a whole number of row tiles"))
+    panel, twolevel = sections["panel"], sections["twolevel"]
+    width_ok = not any(name == "width" for name, _ in value_problems(panel))
+    outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))
+    if driver not in TWO_LEVEL_DRIVERS:
+        return out
+    if width_ok and panel.width < MIN_DOT_WIDTH:
+        out.append((("panel", "width"), f"got {panel.width} with driver {driver}; allowed: at least "
+                    f"{MIN_DOT_WIDTH} (the inner panels' V and T feed tensor-core products)"))
+    elif width_ok and outer_ok and twolevel.outer % panel.width:
+        out.append((("twolevel", "outer"), f"panel.width {panel.width} does not divide twolevel.outer "
+                    f"{twolevel.outer}; allowed: an outer block that is a multiple of panel.width "
+                    "(inner panels tile the outer block)"))
+    if driver == "coop" and twolevel.inner == "fused":
+        out.append((("twolevel", "inner"), "got fused with driver coop; allowed: launches (the cooperative "
+                    "panel runs several programs per matrix, a fused block one)"))
+    if outer_ok and twolevel.far_update == "strip" and twolevel.outer > MAX_STRIP_OUTER:
+        out.append((("twolevel", "outer"), f"got {twolevel.outer} with far_update strip; allowed: at most "
+                    f"{MAX_STRIP_OUTER} (the strip's accumulator is outer x far.bn)"))
+    return out
+
+
+@dataclass(frozen=True)
+class Route:
+    """Shapes n in n_range and batch in batch_range (inclusive; None = unbounded) go to `driver`."""
+
+    name: str
+    n_range: tuple = (1, None)
+    batch_range: tuple = (1, None)
+    driver: str = knob("blocked", OneOf(DRIVERS), DRIVER_DOC)
+    panel: PanelKnobs = PanelKnobs()
+    strip: StripKnobs = StripKnobs()
+    precision: PrecisionKnobs = PrecisionKnobs()
+    twolevel: TwoLevelKnobs = TwoLevelKnobs()
+    far: StripKnobs = StripKnobs()
+    coop: CoopKnobs = CoopKnobs()
+    graph: GraphKnobs = GraphKnobs()
+
+    def __post_init__(self):
+        problems = [f"{section}.{name}: {allowed}" for section in SECTIONS
+                    for name, allowed in value_problems(getattr(self, section))]
+        problems += [f"{'.'.join(path)}: {message}"
+                     for path, message in route_problems(self.driver, self.sections())]
+        if OneOf(DRIVERS).problem(self.driver):
+            problems.append(f"driver: {OneOf(DRIVERS).problem(self.driver)}")
+        if problems:
+            raise ValueError(f"route {self.name!r}: " + "; ".join(problems))
+
+    def sections(self) -> dict:
+        return {section: getattr(self, section) for section in SECTIONS}
+
+    def covers(self, n: int, batch: int) -> bool:
+        return in_range(n, self.n_range) and in_range(batch, self.batch_range)
+
+    def knob_items(self) -> list:
+        """[(YAML name, value)] of the route's ranges and knobs, in the variant files' order."""
+        items = [("n", self.n_range), ("batch", self.batch_range), ("driver", self.driver)]
+        for section, group in self.sections().items():
+            items += [(f"{section}.{f.name}", getattr(group, f.name)) for f in fields(group)]
+        return items
+
+
+def in_range(value: int, bounds: tuple) -> bool:
+    lo, hi = bounds
+    return lo <= value and (hi is None or value <= hi)
