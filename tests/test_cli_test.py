@@ -82,7 +82,7 @@ def test_leaderboard_mode_stops_after_failing_tests(harness):
                            "--mode", "leaderboard")
     assert code == 1
     assert "qr_v2 test (2 cases)" in out and "benchmark" not in out.split("qr_v2 test")[1]
-    assert "case 1: factor residual too large: matrix" in out
+    assert "case 1: R - Q.T @ A is too large: matrix=" in out
     assert "FAIL (leaderboard)" in out
 
 
