@@ -26,10 +26,9 @@ from pathlib import Path
 import jinja2
 
 from qrsub.files import write_atomic
+from qrsub.rules import REFUSED_WORD, refused_lines
 from qrsub.variant import Variant, load_variant
 
-# The service refuses any file containing this word, in any case.
-REFUSED_WORD = "stream"
 # Names the template defines: a kernel module must not bind them.
 TEMPLATE_NAMES = ("custom_kernel", "ROUTES", "SETTINGS", "input_t", "output_t")
 ENTRY_POINT = ("routing", "qr_routed")
@@ -154,11 +153,10 @@ def _names(tree: ast.Module) -> tuple[dict, dict]:
 
 
 def _check_refused_word(text: str, shown: str) -> None:
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if REFUSED_WORD in line.lower():
-            raise BuildError(f"{shown}:{lineno}: contains '{REFUSED_WORD}' (any case), which the service "
-                             f"refuses anywhere in a submission, comments included: reword it "
-                             f"(e.g. spell a torch attribute with getattr and a joined name)\n    {line.strip()}")
+    for lineno, line in refused_lines(text):
+        raise BuildError(f"{shown}:{lineno}: contains '{REFUSED_WORD}' (any case), which the service "
+                         f"refuses anywhere in a submission, comments included: reword it "
+                         f"(e.g. spell a torch attribute with getattr and a joined name)\n    {line.strip()}")
 
 
 def _stmt_lists(tree: ast.AST):

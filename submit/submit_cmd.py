@@ -19,6 +19,7 @@ from typing import Any, Callable
 import click
 
 from qrsub.files import write_atomic
+from qrsub.rules import header_directives
 from qrsub.submit.client import (CLI_ID_HEADER, MODES, Accepted, ApiError, Client,
                                  JobFailed, ServiceError, TransportError, WaitTimeout,
                                  job_status, queued_jobs, submission_path)
@@ -106,7 +107,7 @@ def lint_problems(source: Source, leaderboard: str | None, gpu: str | None) -> l
     from qrsub.lint import lint_bytes
 
     problems = lint_bytes(source.content, source.file_name)
-    present = read_directives(source.text)
+    present = header_directives(source.text)
     given = {"leaderboard": leaderboard, "gpu": gpu}
     if all(given[key] for key in given if key not in present):
         problems = [p for p in problems if p.rule != "directive-missing"]
@@ -128,22 +129,6 @@ def report_problems(source: Source, problems: list, force: bool) -> None:
                                    f"pass --force to submit anyway")
 
 
-def read_directives(text: str) -> dict[str, list[str]]:
-    """Values of the `#!POPCORN` directives that the service reads (lint checks their form)."""
-    from qrsub.lint import DIRECTIVE_PREFIXES, DIRECTIVES
-
-    found: dict[str, list[str]] = {}
-    for line in text.split("\n"):
-        if not line.startswith(("#", "//")):
-            break  # the service reads only the first block of comment lines
-        stripped = line.strip()
-        prefix = next((p for p in DIRECTIVE_PREFIXES if stripped.startswith(p)), None)
-        words = stripped[len(prefix):].split() if prefix else []
-        if len(words) >= 2 and words[0] in DIRECTIVES:
-            found.setdefault(DIRECTIVES[words[0]], words[1:])  # the first one counts
-    return found
-
-
 # ---- leaderboard and GPU ----------------------------------------------------
 
 @dataclass
@@ -155,7 +140,7 @@ class Target:
 
 def resolve_target(text: str, leaderboard: str | None, gpu: str | None) -> Target:
     """Flags and directives must agree, as the service requires; directives fill gaps."""
-    directives = read_directives(text)
+    directives = header_directives(text)
     file_lb = directives.get("leaderboard", [None])[0]
     file_gpus = directives.get("gpu", [])
     if leaderboard and file_lb and leaderboard.lower() != file_lb.lower():
