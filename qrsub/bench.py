@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from qrsub import stats
+from qrsub.harness import cases_for, harness_on_path, load_task
+from qrsub.task.eval import input_count
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
-INPUT_BYTES = 256 * 1024 * 1024   # the harness's cap on one case's input list
-MAX_INPUTS = 50
 
 NO_GPU_MESSAGE = (
     "qrsub bench needs a CUDA GPU: without one the kernels run through the CPU "
@@ -52,37 +52,12 @@ class NoGPUError(RuntimeError):
 
 def load_cases(kind: str = "benchmarks") -> list[dict]:
     """The `benchmarks` (or `tests`) list of task.yml, in its order."""
-    from qrsub.localrun import load_task
-
-    return [dict(c) for c in load_task()[kind]]
+    return cases_for(load_task(), "test" if kind == "tests" else "benchmark")
 
 
 def case_label(spec: dict) -> str:
     """Short name of a case, e.g. `640x512 mixed c2`."""
     return f"{spec['batch']}x{spec['n']} {spec.get('case', 'dense')} c{spec['cond']}"
-
-
-def input_count(batch: int, n: int) -> int:
-    """How many inputs the harness times per repetition of a case."""
-    return max(1, min(MAX_INPUTS, INPUT_BYTES // (batch * n * n * 4)))
-
-
-def select_cases(cases: list[dict], selector: str | None) -> list[int]:
-    """Indices picked by a `--cases` selector, with `qrsub test`'s syntax.
-
-    Indices (`3`) and ranges (`0-2`) pick; filters (`n=512`, `case=mixed`)
-    narrow (values of one key are alternatives, different keys must all hold).
-    Raises ValueError when the selector is malformed or picks nothing.
-    """
-    from qrsub.localrun import LocalRunError, select_cases as pick
-
-    try:
-        chosen = pick(cases, selector)
-    except LocalRunError as exc:
-        raise ValueError(str(exc)) from None
-    if not chosen:
-        raise ValueError(f"--cases {selector!r} selects no case (there are {len(cases)}, indices 0-{len(cases) - 1})")
-    return chosen
 
 
 # ---------------------------------------------------------------- candidates
@@ -131,15 +106,6 @@ def resolve_candidates(paths: Sequence[str | Path], build_dir: Path | None, buil
                 raise ValueError(f"{p}: cannot build this variant:\n{exc}") from None
         out.append(Candidate(label, p, sub))
     return out
-
-
-def harness_on_path() -> None:
-    """Make the harness's top-level modules (`task`, `reference`, `utils`) importable."""
-    from qrsub.localrun import default_harness
-
-    tdir = str(default_harness())
-    if tdir not in sys.path:
-        sys.path.insert(0, tdir)   # submissions do `from task import input_t, output_t`
 
 
 def _find(path: Path) -> Path:

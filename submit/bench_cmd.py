@@ -47,11 +47,16 @@ def bench(candidates, selector, budget, target, min_reps, max_reps, json_path, p
       qrsub bench A.yaml B.yaml --dry-run          # the plan, no GPU needed
     """
     stop = engine.StopRule(target=target, min_reps=min_reps, max_reps=max_reps)
+    from qrsub.harness import HarnessError, select_cases
+
     all_cases = engine.load_cases("benchmarks")
     try:
-        indices = engine.select_cases(all_cases, selector)
-    except ValueError as exc:
+        indices = select_cases(all_cases, selector)
+    except HarnessError as exc:
         raise click.BadParameter(str(exc), param_hint="--cases") from None
+    if not indices:
+        raise click.BadParameter(f"{selector!r} selects no case (there are {len(all_cases)}, "
+                                 f"indices 0-{len(all_cases) - 1})", param_hint="--cases")
     specs = [all_cases[i] for i in indices]
 
     if dry_run:

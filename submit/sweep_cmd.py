@@ -53,11 +53,14 @@ def sweep(base, sets, selector, budget, target, workers, output, run_dir, dry_ru
       qrsub sweep variants/champion.yaml --set mid.strip.bn=32,64 --workers 2   # 2 workers, even on 1 GPU
     """
     run_dir = run_dir or Path("build/sweep") / f"{base.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    all_cases = bench.load_cases("benchmarks")
+    from qrsub.harness import HarnessError, select_cases
+
     try:
-        bench_cases = bench.select_cases(all_cases, selector) if selector else None
+        bench_cases = select_cases(bench.load_cases("benchmarks"), selector) if selector else None
+        if bench_cases == []:
+            raise click.BadParameter(f"{selector!r} selects no benchmark case", param_hint="--cases")
         plan = sw.plan_sweep(base, sets, run_dir, bench_cases)
-    except ValueError as exc:
+    except (HarnessError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     except Exception as exc:   # VariantError from BASE: its message names file and line
         raise click.ClickException(f"{base}: {exc}") from None

@@ -117,7 +117,8 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
     from qrsub.console import make_console
     from rich.markup import escape
 
-    from qrsub.localrun import CPU_MAX_N, LocalRunError, has_gpu, run_local
+    from qrsub.harness import HarnessError
+    from qrsub.localrun import CPU_MAX_N, has_gpu, run_local
     from qrsub.report import render_cases
 
     if not local:
@@ -156,7 +157,7 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
         run = run_local(path, mode, cases=selector, seed=seed, harness=harness, timeout=timeout,
                         max_n=max_n, keep=keep, on_stage=show_stage, on_compile=show_compile,
                         on_stage_start=show_start, cpu=cpu, max_repeats=max_repeats)
-    except LocalRunError as exc:
+    except HarnessError as exc:
         raise click.ClickException(str(exc)) from exc
 
     if keep:

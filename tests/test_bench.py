@@ -8,6 +8,7 @@ from rich.console import Console
 
 from qrsub import bench, stats
 from qrsub.submit.bench_cmd import bench as bench_cli
+from qrsub.task.eval import input_count
 
 STARTER = "task/submission.py"
 
@@ -146,9 +147,9 @@ def test_plot_is_a_png(tmp_path):
 
 
 def test_input_count_as_the_harness():
-    assert bench.input_count(20, 32) == 50
-    assert bench.input_count(40, 352) == 13
-    assert bench.input_count(640, 512) == 1
+    assert input_count(20, 32) == 50
+    assert input_count(40, 352) == 13
+    assert input_count(640, 512) == 1
 
 
 def test_cli_refuses_without_a_gpu(monkeypatch):
@@ -205,7 +206,7 @@ def test_harness_timer_checks_before_timing(tmp_path):
     assert "tau shape must be (20, 32)" in failures[1]
     assert "ValueError: boom (raises.py:2)" in failures[2]
     assert "import failed" in failures[3] and "custom_kernel" in failures[3]
-    assert len(timer.inputs[0]) == bench.input_count(20, 32) == 50
+    assert len(timer.inputs[0]) == input_count(20, 32) == 50
     assert 0 < timer.time(0) < 1
     assert timer.finish(SPEC, [0]) == {} and timer.inputs == {}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from qrsub.localrun import HARNESS_FILES, LocalRunError, default_harness, select_cases
+from qrsub.harness import HARNESS_FILES, HarnessError, default_harness, select_cases
 from qrsub.submit.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harness"
@@ -191,5 +191,5 @@ def test_select_cases(selector, expected):
 
 @pytest.mark.parametrize("selector", ["9", "2-1", "x", "1-y"])
 def test_select_cases_rejects_bad_tokens(selector):
-    with pytest.raises(LocalRunError, match="--cases"):
+    with pytest.raises(HarnessError, match="--cases"):
         select_cases(SPECS, selector)

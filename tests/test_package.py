@@ -43,6 +43,13 @@ def test_only_the_code_folders_import_from_the_install(tmp_path):
     assert output_of(SPECS, tmp_path) == "ok"
 
 
+def test_the_command_line_starts_without_torch():
+    code = ("import sys, qrsub.submit.cli, qrsub.report, qrsub.harness\n"
+            "qrsub.harness.checker_gates(); qrsub.harness.default_harness()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton')))")
+    assert output_of(code, ROOT) == "[]"
+
+
 def test_the_wheel_holds_exactly_the_code_folders(tmp_path):
     """Built from a copy of the whole checkout (tests/ and docs/ included), with the build backend only."""
     src = tmp_path / "src"
