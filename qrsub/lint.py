@@ -52,11 +52,6 @@ def lint_bytes(data: bytes, filename: str) -> list[Problem]:
     return lint_text(data.decode("utf-8", errors="surrogateescape"), filename)
 
 
-def lint_file(path: str | Path) -> list[Problem]:
-    path = Path(path)
-    return lint_bytes(path.read_bytes(), path.name)
-
-
 # ---------------------------------------------------------------------------
 # The service's rules (hard)
 

@@ -22,3 +22,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _merge_bridge() -> None:
+    """Two test files of the kernel half still import functions from their old homes:
+    tests/test_variant.py `qrsub.submit.variants_cmd.diff_variants` (now qrsub.cli.variants) and
+    tests/kernel_helpers.py `qrsub.bench.harness_on_path` (now qrsub.harness). The package keeps
+    no copy of either; delete this bridge once those two imports name the new homes."""
+    import importlib
+    import sys
+
+    import qrsub.bench
+    import qrsub.harness
+
+    sys.modules.setdefault("qrsub.submit.variants_cmd", importlib.import_module("qrsub.cli.variants"))
+    qrsub.bench.harness_on_path = qrsub.harness.harness_on_path
+
+
+_merge_bridge()

@@ -1,15 +1,13 @@
 """`qrsub test --local` end to end: the starter passes, broken submissions get one clear line."""
 import json
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from qrsub.cli import main
 from qrsub.harness import HARNESS_FILES, HarnessError, default_harness, select_cases
-from qrsub.submit.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harness"
 STARTER = default_harness() / "submission.py"
@@ -117,15 +115,21 @@ def test_compile_pass_failure_is_reported_and_evaluation_goes_on(harness):
     assert "qr_v2 test (1 cases)" in out
 
 
-def test_variant_yaml_is_built_first(harness, tmp_path, monkeypatch):
-    variant = tmp_path / "v.yaml"
-    variant.write_text("name: v\n")
-    fake = types.ModuleType("qrsub.build")
-    fake.build_variant = lambda path: STARTER.read_text()
-    monkeypatch.setitem(sys.modules, "qrsub.build", fake)
-    code, out = qrsub_test("--local", variant, "--harness", harness, "--cases", "0")
+def test_variant_is_built_first_and_its_build_removed(harness):
+    code, out = qrsub_test("--local", "geqrf", "--harness", harness, "--cases", "0")  # a bare variant name
     assert code == 0, out
-    assert "qrsub-build-" in out  # the built temporary file is what ran
+    built = Path(out.split("test ")[1].split()[0])
+    assert "qrsub-build-" in str(built) and built.name == "submission.py"  # the build is what ran
+    assert not built.parent.exists()
+
+
+def test_a_variant_that_does_not_build_names_its_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"extends: {default_harness().parent / 'variants' / 'geqrf.yaml'}\n"
+                   "routes:\n  - {name: rest, driver: cusolver}\n")
+    code, out = qrsub_test("--local", bad)
+    assert code == 1
+    assert "bad.yaml:3:" in out and "driver" in out
 
 
 # ------------------------------------------------------- fast error paths
@@ -141,15 +145,6 @@ def test_missing_default_submission_says_how_to_build(tmp_path, monkeypatch):
     code, out = qrsub_test("--local")
     assert code == 1
     assert "build/submission.py does not exist" in out and "qrsub build" in out
-
-
-def test_variant_without_build_module_is_a_clear_error(tmp_path, monkeypatch):
-    variant = tmp_path / "v.yaml"
-    variant.write_text("name: v\n")
-    monkeypatch.setitem(sys.modules, "qrsub.build", None)  # import fails
-    code, out = qrsub_test("--local", variant)
-    assert code == 1
-    assert f"cannot build {variant}" in out and "qrsub.build" in out
 
 
 def test_bad_seed_and_bad_selector(harness):

@@ -3,7 +3,7 @@ from click.testing import CliRunner
 
 from qrsub.lint import lint_bytes, lint_text
 from qrsub.rules import MAX_BYTES, header_directives
-from qrsub.submit.cli import main
+from qrsub.cli import main
 
 GOOD = """\
 #!POPCORN leaderboard qr_v2

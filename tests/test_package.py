@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"qrsub", "qrsub.kernels", "qrsub.submit", "qrsub.task", "qrsub.variants", "qrsub.templates"}
+PACKAGES = {"qrsub", "qrsub.bench", "qrsub.cli", "qrsub.kernels", "qrsub.submit", "qrsub.task",
+            "qrsub.variants", "qrsub.templates"}
 NOT_PACKAGES = ("qrsub.tests", "qrsub.docs", "qrsub.qrsub")
 SPECS = f"""
 import importlib.util
@@ -44,7 +45,7 @@ def test_only_the_code_folders_import_from_the_install(tmp_path):
 
 
 def test_the_command_line_starts_without_torch():
-    code = ("import sys, qrsub.submit.cli, qrsub.report, qrsub.harness\n"
+    code = ("import sys, qrsub.cli, qrsub.report, qrsub.harness\n"
             "qrsub.harness.checker_gates(); qrsub.harness.default_harness()\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton')))")
     assert output_of(code, ROOT) == "[]"

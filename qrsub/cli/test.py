@@ -23,34 +23,17 @@ def _parse_seed(value: str | None) -> int | None:
         raise click.BadParameter(f"{value!r}: give an integer or `random`", param_hint="--seed")
 
 
-def _build_variant(path: Path) -> Path:
-    """Render a variant .yaml to a temporary submission file."""
-    try:
-        from qrsub.build import build_variant
-    except ImportError as exc:
-        raise click.ClickException(
-            f"cannot build {path}: qrsub.build is not available ({exc}); "
-            "build the submission yourself and pass the .py file") from exc
-    try:
-        built = build_variant(str(path))
-    except Exception as exc:  # VariantError / BuildError carry file, line and fix
-        raise click.ClickException(f"cannot build {path}: {exc}") from exc
-    out = Path(tempfile.mkdtemp(prefix="qrsub-build-")) / "submission.py"
-    # Nothing half-built stays behind: the folder goes when the command ends.
-    click.get_current_context().call_on_close(lambda: shutil.rmtree(out.parent, ignore_errors=True))
-    out.write_text(built)
-    return out
+def _submission_file(source: str) -> Path:
+    """The file to run: a submission file as it is, a variant built into a temporary folder
+    that goes when the command ends (nothing half-built stays behind)."""
+    from qrsub.build import is_variant
+    from qrsub.cli import build_or_fail
 
-
-def _resolve_submission(submission: str) -> Path:
-    path = Path(submission)
-    if not path.exists():
-        hint = (" (build one with `qrsub build variants/champion.yaml`, or test the starter: "
-                "`qrsub test --local task/submission.py`)") if submission == DEFAULT_SUBMISSION else ""
-        raise click.ClickException(f"submission {path} does not exist{hint}")
-    if path.suffix in (".yaml", ".yml"):
-        return _build_variant(path)
-    return path
+    out = None
+    if is_variant(Path(source)):
+        out = Path(tempfile.mkdtemp(prefix="qrsub-build-")) / "submission.py"
+        click.get_current_context().call_on_close(lambda: shutil.rmtree(out.parent, ignore_errors=True))
+    return build_or_fail(source, out).path
 
 
 def _json_payload(run, submission: Path) -> dict:
@@ -117,6 +100,7 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
     from qrsub.console import make_console
     from rich.markup import escape
 
+    from qrsub.files import write_atomic
     from qrsub.harness import HarnessError
     from qrsub.localrun import CPU_MAX_N, has_gpu, run_local
     from qrsub.report import render_cases
@@ -125,7 +109,7 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
         raise click.UsageError("remote testing is `qrsub submit --mode test`; "
                                "pass --local to run the harness here")
     seed = _parse_seed(seed_text)
-    path = _resolve_submission(submission)
+    path = _submission_file(submission)
     console = make_console()
     cpu = not has_gpu()
     console.print(f"[bold]{mode}[/bold] {path}" + (f"  POPCORN_SEED={seed}" if seed is not None else ""))
@@ -163,7 +147,7 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
     if keep:
         console.print(f"run directory: {run.run_dir}")
     if json_path:
-        Path(json_path).write_text(json.dumps(_json_payload(run, path), indent=2))
+        write_atomic(Path(json_path), json.dumps(_json_payload(run, path), indent=2))
     color = "green" if run.passed else "red"
     console.print(f"[bold {color}]{'PASS' if run.passed else 'FAIL'}[/bold {color}] ({mode})")
     raise SystemExit(0 if run.passed else 1)
