@@ -23,9 +23,12 @@ Public API:
 
     LocalRun: stages (list[StageResult]), compile (CompileResult), run_dir
         (kept only with keep=True), cpu (bool), seed, skipped (list of
-        (stage mode, index, spec) left out by max_n); passed.
+        (stage mode, index, spec) left out by max_n); passed (the harness's
+        verdict, as the service would give it), fallbacks (routes that fell
+        back to torch.geqrf, which the service would not notice).
     StageResult: mode, report (dict), cases (list[report.CaseResult], indices
-        as in task.yml), exit_code, output_tail, timed_out, timeout_s; passed.
+        as in task.yml), exit_code, output_tail, timed_out, timeout_s,
+        fallbacks (list[qrsub.fallbacks.Fallback]); passed.
 
     has_gpu() -> bool                    whether torch sees a CUDA device
     STAGES (mode -> stages)
@@ -43,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from qrsub import fallbacks
 from qrsub.harness import (HARNESS_FILES, HarnessError, cases_for, default_harness, load_task, select_cases,
                            stage_timeout, task_yml)
 from qrsub.report import CaseResult, cases_from_report, parse_report
@@ -70,6 +74,7 @@ class StageResult:
     output_tail: str = ""
     timed_out: bool = False
     timeout_s: float | None = None
+    fallbacks: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -90,6 +95,10 @@ class LocalRun:
     def passed(self) -> bool:
         expected = len(STAGES[self.mode])
         return len(self.stages) == expected and all(s.passed for s in self.stages)
+
+    @property
+    def fallbacks(self) -> list:
+        return list(dict.fromkeys(f for stage in self.stages for f in stage.fallbacks))
 
 
 # ------------------------------------------------------------- the harness
@@ -186,7 +195,9 @@ def _read_pipe(fd: int, sink: list) -> None:
 
 
 def _run_eval(run_dir: Path, mode: str, env: dict, timeout: float) -> tuple[str, int | None, str, bool]:
-    """`python eval.py MODE cases.txt` with the POPCORN_FD pipe; returns (report text, code, output, timed out)."""
+    """`python eval.py MODE cases.txt` with the POPCORN_FD pipe; returns (report text, code, output, timed out).
+
+    The output is eval.py's and its worker's stdout and stderr, whole: a submission's fallback lines are in it."""
     read_fd, write_fd = os.pipe()
     chunks: list[bytes] = []
     reader = threading.Thread(target=_read_pipe, args=(read_fd, chunks), daemon=True)
@@ -226,7 +237,8 @@ def _fill_missing(cases: list, picked: list[int], specs: list[dict], stage: Stag
 def _stage_result(mode: str, text: str, code, output: str, timed_out: bool, timeout: float,
                   picked: list[int], specs: list[dict]) -> StageResult:
     stage = StageResult(mode=mode, report=parse_report(text), exit_code=code,
-                        output_tail=output[-TAIL_CHARS:], timed_out=timed_out, timeout_s=timeout)
+                        output_tail=output[-TAIL_CHARS:], timed_out=timed_out, timeout_s=timeout,
+                        fallbacks=fallbacks.in_output(output))
     cases = _fill_missing(cases_from_report(stage.report, mode), picked, specs, stage)
     for case in cases:  # report indices count the cases file; show task.yml's
         case.index = picked[case.index] if case.index < len(picked) else case.index

@@ -1,5 +1,7 @@
 """The bench engine on the CPU: ABBA order, stop rules, report, plot, refusal, dry run."""
+import functools
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from qrsub.cli.bench import bench as bench_cli
 from qrsub.task.eval import input_count
 
 STARTER = "task/submission.py"
+FALLS_BACK = Path(__file__).parent / "fixtures" / "harness" / "falls_back.py"
 
 
 class FakeClock:
@@ -210,6 +213,25 @@ def test_harness_timer_checks_before_timing(tmp_path):
     assert len(harness_timer.inputs[0]) == input_count(20, 32) == 50
     assert 0 < harness_timer.time(0) < 1
     assert harness_timer.finish(SPEC, [0]) == {} and harness_timer.inputs == {}
+
+
+def test_harness_timer_refuses_a_candidate_that_fell_back():
+    """Its outputs pass the check (they are geqrf's), but its timings would not be the variant's."""
+    harness_timer = timer.HarnessTimer([FALLS_BACK], tag="f", allow_cpu=True)
+    failures = harness_timer.prepare(SPEC, [0])
+    assert failures[0].startswith("route 'big' fell back to torch.geqrf: OutOfResources") and "refused" in failures[0]
+    assert harness_timer.inputs == {} and harness_timer.outputs == {}
+    assert harness_timer.prepare(SPEC, [0]) == failures     # on every later case too
+
+
+def test_cli_refuses_a_candidate_that_fell_back(monkeypatch):
+    """The command with the real harness timer on wall-clock time: the fallback is named, exit 1."""
+    monkeypatch.setattr(timer, "require_gpu", lambda: None)
+    monkeypatch.setattr(timer, "HarnessTimer", functools.partial(timer.HarnessTimer, allow_cpu=True))
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(bench_cli, [str(FALLS_BACK), "--cases", "0"])
+    assert result.exit_code == 1, result.output
+    assert "not every candidate was timed on every case" in result.output
+    assert "falls_back on 20x32 dense c1: route 'big' fell back to torch.geqrf" in result.output
 
 
 def test_harness_timer_inputs_follow_the_harness_seeds():

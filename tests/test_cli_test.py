@@ -132,6 +132,31 @@ def test_a_variant_that_does_not_build_names_its_line(tmp_path):
     assert "bad.yaml:3:" in out and "driver" in out
 
 
+# ------------------------------------------------------------ fallbacks
+
+FALLS_BACK = FIXTURES / "falls_back.py"
+FALLBACK_LINE = ("fallback: route 'big' fell back to torch.geqrf: OutOfResources: out of resource: "
+                 "shared memory, Required: 262144, Hardware limit: 232448")
+
+
+def test_a_route_that_fell_back_fails_the_variant(harness, tmp_path):
+    out_json = tmp_path / "out.json"
+    code, out = qrsub_test("--local", FALLS_BACK, "--harness", harness, "--json", out_json)
+    assert code == 1
+    assert "verdict: pass" in out  # the harness passes geqrf's answer; the variant was not tested
+    assert FALLBACK_LINE in out
+    assert "FAIL (test; 1 route(s) fell back to torch.geqrf)" in out
+    data = json.loads(out_json.read_text())
+    assert (data["passed"], data["harness_passed"]) == (False, True)
+    assert data["fallbacks"] == [{"route": "big", "reason": FALLBACK_LINE.split("torch.geqrf: ", 1)[1]}]
+
+
+def test_allow_fallback_passes_but_still_reports_it(harness):
+    code, out = qrsub_test("--local", FALLS_BACK, "--harness", harness, "--allow-fallback")
+    assert code == 0, out
+    assert FALLBACK_LINE in out and "PASS (test)" in out
+
+
 # ------------------------------------------------------- fast error paths
 
 def test_without_local_points_to_submit():
@@ -157,7 +182,8 @@ def test_bad_seed_and_bad_selector(harness):
 def test_help_teaches_with_examples():
     code, out = qrsub_test("--help")
     assert code == 0
-    for text in ("--local", "--cases 0,3-5", "n=512,case=mixed", "--seed", "--harness", "--max-n"):
+    for text in ("--local", "--cases 0,3-5", "n=512,case=mixed", "--seed", "--harness", "--max-n",
+                 "--allow-fallback"):
         assert text in out
 
 

@@ -89,6 +89,14 @@ def test_gate_plans():
     assert sw.gate_plan(nowhere, tests, base).cases == [0, 1, 2]          # no test lands there: all of them
 
 
+def test_the_gate_refuses_a_route_that_fell_back():
+    """geqrf's answers pass the harness; the gate still refuses, naming the route and the reason."""
+    submission = Path(__file__).parent / "fixtures" / "harness" / "falls_back.py"
+    ok, message = sw.run_gate(submission, sw.GatePlan([0], [None], "test 0"), log=lambda line: None)
+    assert not ok
+    assert message.startswith("default seeds: route 'big' fell back to torch.geqrf: OutOfResources")
+
+
 def test_device_assignment():
     assert pool.assign_devices(2, ["0", "1"]) == ["0", "1"]
     assert pool.assign_devices(2, ["0"]) == ["0", "0"]          # --workers 2 on one GPU: they share it

@@ -118,6 +118,12 @@ def render(summary: dict, console=None) -> None:
         console.print(line)
 
 
+def refusals(summary: dict) -> list[str]:
+    """One line per case a candidate was not timed on, with the reason (failed check, fallback, crash)."""
+    return [f"  {res['candidate']} on {case['label']}: {res.get('error', 'not timed')}"
+            for case in summary["cases"] for res in case["results"] if res["status"] != "ok"]
+
+
 def verdict_lines(summary: dict) -> list[str]:
     """One sentence per candidate after the first: is it really faster or slower?"""
     ref = summary["candidates"][0]

@@ -7,6 +7,9 @@ large as the harness's, CUDA event, `custom_kernel` on every input of the list,
 event, synchronize, duration = elapsed / count. (The harness rechecks the
 outputs after every repetition; we recheck the last repetition's only, so the
 budget goes to timing.)
+
+A candidate whose routes fell back to torch.geqrf (qrsub.fallbacks) is refused:
+its timings would be geqrf's under the variant's name.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from qrsub import fallbacks
 from qrsub.bench.engine import error_text
 from qrsub.harness import harness_on_path
 
@@ -94,14 +98,18 @@ class HarnessTimer:
 
     def _warm_up(self, i: int, base: list) -> str | None:
         """Run candidate I once on every input (compiles, launches each route this case takes),
-        check its outputs, time one repetition and discard it (fills caches), check again;
-        the problem that refuses it, if any."""
+        refuse it if a route fell back, check its outputs, time one repetition and discard it
+        (fills caches), check again; the problem that refuses it, if any."""
         module = self.modules[i]
+        if fallbacks.in_module(module):   # fell back on an earlier case: refused on every later one
+            return _refusal(module)
         # each candidate gets its own inputs: one that writes into them cannot skew another
         self.inputs[i] = [x.clone() for x in base]
         try:
             outs = [module.custom_kernel(x.clone()) for x in self.inputs[i]]
             self._sync()
+            if fallbacks.in_module(module):
+                return _refusal(module)
             problem = self._check(self.inputs[i], outs)
             if problem is None:
                 self.time(i)
@@ -154,6 +162,10 @@ class HarnessTimer:
     def _drop(self, i: int) -> None:
         self.inputs.pop(i, None)
         self.outputs.pop(i, None)
+
+
+def _refusal(module) -> str:
+    return f"{'; '.join(map(str, fallbacks.in_module(module)))} (refused: its timings would be torch.geqrf's)"
 
 
 def load_submission(path: Path, module_name: str):

@@ -84,6 +84,9 @@ def bench(candidates, selector, budget, target, min_reps, max_reps, json_path, p
     if plot_path:
         report.plot(summary, plot_path)
         click.echo(f"wrote {plot_path}")
+    refused = report.refusals(summary)
+    if refused:
+        raise click.ClickException("not every candidate was timed on every case:\n" + "\n".join(refused))
 
 
 def candidate_labels(paths) -> list[str]:

@@ -36,15 +36,17 @@ def _submission_file(source: str) -> Path:
     return build_or_fail(source, out).path
 
 
-def _json_payload(run, submission: Path) -> dict:
+def _json_payload(run, submission: Path, passed: bool) -> dict:
     from qrsub.report import report_to_json
     return {
         "submission": str(submission),
         "mode": run.mode,
-        "passed": run.passed,
+        "passed": passed,
+        "harness_passed": run.passed,
         "cpu": run.cpu,
         "seed": run.seed,
         "compile": {"ok": run.compile.ok, "message": run.compile.message},
+        "fallbacks": [{"route": f.route, "reason": f.reason} for f in run.fallbacks],
         "skipped": [{"stage": m, "index": i, "spec": s} for m, i, s in run.skipped],
         "stages": [report_to_json(st.cases, st.mode, exit_code=st.exit_code,
                                   timed_out=st.timed_out, cpu_timings=run.cpu)
@@ -74,14 +76,21 @@ def _describe_skipped(skipped) -> str:
 @click.option("--keep", is_flag=True, help="Keep the run directory and print its path.")
 @click.option("--max-repeats", type=click.IntRange(min=1), metavar="N",
               help="Cap benchmark repetitions (local only; quick CPU smoke runs).")
+@click.option("--allow-fallback", is_flag=True,
+              help="Pass even when a route fell back to torch.geqrf (it is still reported).")
 def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, json_path, keep,
-         max_repeats):
+         max_repeats, allow_fallback):
     """Run SUBMISSION (default build/submission.py) through the qr_v2 harness.
 
     The harness files are laid beside the submission in a fresh directory and
     `eval.py` runs exactly as on the service (POPCORN_FD report, POPCORN_SEED,
     task.yml's timeouts). A variant .yaml is built first. Without a GPU the
     cases with n <= 512 run on the CPU (Triton through its interpreter).
+
+    A route whose kernels failed at their first launch and fell back to
+    torch.geqrf passes the harness (geqrf is correct) but did not test the
+    variant: it is reported with its reason and fails the run, unless
+    --allow-fallback.
 
     \b
     Examples:
@@ -95,7 +104,8 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
       qrsub test --local --mode benchmark --max-repeats 5    # quick CPU smoke run
       qrsub test --local --harness ~/reference-kernels/problems/qr_v2
 
-    Exit status 0 only when every case that ran passed.
+    Exit status 0 only when every case that ran passed and no route fell back
+    (or --allow-fallback).
     """
     from qrsub.console import make_console
     from rich.markup import escape
@@ -146,8 +156,13 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
 
     if keep:
         console.print(f"run directory: {run.run_dir}")
+    passed = run.passed and (allow_fallback or not run.fallbacks)
     if json_path:
-        write_atomic(Path(json_path), json.dumps(_json_payload(run, path), indent=2))
-    color = "green" if run.passed else "red"
-    console.print(f"[bold {color}]{'PASS' if run.passed else 'FAIL'}[/bold {color}] ({mode})")
-    raise SystemExit(0 if run.passed else 1)
+        write_atomic(Path(json_path), json.dumps(_json_payload(run, path, passed), indent=2))
+    for fallback in run.fallbacks:
+        color = "yellow" if allow_fallback else "red"
+        console.print(f"[{color}]fallback:[/{color}] {escape(str(fallback))}")
+    why = "" if passed or not run.passed else f"; {len(run.fallbacks)} route(s) fell back to torch.geqrf"
+    color = "green" if passed else "red"
+    console.print(f"[bold {color}]{'PASS' if passed else 'FAIL'}[/bold {color}] ({mode}{why})")
+    raise SystemExit(0 if passed else 1)
