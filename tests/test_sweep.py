@@ -8,7 +8,7 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from qrsub import pool, stats
+from qrsub import fallbacks, pool, stats
 from qrsub import sweep as sw
 from qrsub.cli.sweep import sweep as sweep_cli
 from qrsub.variant import load_variant
@@ -90,11 +90,16 @@ def test_gate_plans():
 
 
 def test_the_gate_refuses_a_route_that_fell_back():
-    """geqrf's answers pass the harness; the gate still refuses, naming the route and the reason."""
-    submission = Path(__file__).parent / "fixtures" / "harness" / "falls_back.py"
-    ok, message = sw.run_gate(submission, sw.GatePlan([0], [None], "test 0"), log=lambda line: None)
-    assert not ok
-    assert message.startswith("default seeds: route 'big' fell back to torch.geqrf: OutOfResources")
+    """geqrf's answers pass the harness; the gate still refuses, naming the route and the reason
+    (how localrun finds fallbacks in the harness's output: tests/test_cli_test.py)."""
+    from qrsub.localrun import LocalRun, StageResult
+    from qrsub.report import CaseResult
+
+    stage = StageResult(mode="test", cases=[CaseResult(index=0, status="pass")], exit_code=0,
+                        fallbacks=[fallbacks.Fallback("mid", "CompilationError: at 12:4")])
+    run = LocalRun(mode="test", stages=[stage])
+    assert run.passed
+    assert sw.local_verdict(run) == (False, "route 'mid' fell back to torch.geqrf: CompilationError: at 12:4")
 
 
 def test_device_assignment():
