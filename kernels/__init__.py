@@ -2,6 +2,7 @@
 
 One module per stage, each with its plain-torch reference in `naive.py`:
 
+- `fallback`   how a route's fallback to torch.geqrf shows outside the submission
 - `plan`       the typed plan: every knob of a route, its allowed values and the rules between them
 - `precision`  split-precision tensor-core products (fp32, tf32, tf32x3, fp16x3, fp16x2lo, fp16)
 - `scratch`    buffers allocated once per shape and reused
@@ -14,10 +15,7 @@ One module per stage, each with its plain-torch reference in `naive.py`:
 - `graphs`     CUDA-graph capture per input shape
 - `routing`    a route per (n, batch), and the public entry `qr_routed`
 
-The generated submission inlines these modules in MODULE_ORDER with their
-intra-package imports removed, so every top-level name must be unique across
-modules and a module may only use names defined by modules before it.
+The generated submission inlines these modules in the order their imports
+imply (qrsub/build.py derives it) with their intra-package imports removed, so
+every top-level name must be unique across modules.
 """
-
-# Dependency order: the templater inlines the modules in exactly this order.
-MODULE_ORDER = ("plan", "precision", "scratch", "panel", "coop", "strip", "wy", "block", "blocked", "graphs", "routing")

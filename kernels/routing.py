@@ -5,8 +5,8 @@ Triton cannot build on this machine (a compile error, too little shared memory
 or registers, a ptxas failure) falls back to torch.geqrf at its first launch:
 drivers never write to their input, so nothing needs undoing. The fallback is
 the submission's safety net on the service and loud everywhere else: it prints
-one line to stderr (FALLBACK_LINE), is recorded in FALLBACKS, and with
-QRSUB_STRICT_ROUTES=1 in the environment it raises instead. Any other error
+one line to stderr, is recorded in FALLBACKS, and with QRSUB_STRICT_ROUTES=1 in
+the environment it raises instead (fallback.py holds that contract). Any other error
 (a bug, a wrong knob) always raises.
 """
 import functools
@@ -19,6 +19,7 @@ from triton.runtime.errors import OutOfResources, PTXASError
 
 from .blocked import qr_blocked, qr_coop, qr_geqrf, qr_twolevel
 from .coop import interpreted
+from .fallback import FALLBACK_LINE, STRICT_ENV
 from .graphs import ShapeGraphs, graph_wanted
 from .plan import DRIVERS
 
@@ -26,9 +27,8 @@ from .plan import DRIVERS
 DRIVER_FUNCTIONS = {name: globals()[f"qr_{name}"] for name in DRIVERS}
 # What can differ between this machine and another one that runs the same file.
 BUILD_ERRORS = (CompilationError, OutOfResources, PTXASError)
-STRICT_ENV = "QRSUB_STRICT_ROUTES"
-FALLBACK_LINE = "qrsub: route {name!r} fell back to torch.geqrf: {reason}"
-# (route name, reason) of every route that fell back in this process, in order.
+# (route name, reason) of every route that fell back in this process, in order
+# (fallback.FALLBACK_LIST names this list for the tools).
 FALLBACKS = []
 
 _GRAPHS = ShapeGraphs()
@@ -69,7 +69,7 @@ def fall_back(route, err: Exception):
         raise RouteBuildFailed(f"route {route.name!r} did not build ({reason}); on the service this "
                                "submission would run torch.geqrf for it instead") from err
     FALLBACKS.append((route.name, reason))
-    print(FALLBACK_LINE.format(name=route.name, reason=reason), file=sys.stderr, flush=True)
+    print(FALLBACK_LINE.format(route=route.name, reason=reason), file=sys.stderr, flush=True)
 
 
 def qr_routed(A: torch.Tensor, routes, settings):

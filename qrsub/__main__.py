@@ -1,4 +1,4 @@
 """`python -m qrsub`: the command line, for machines where the console script is not installed."""
-from qrsub.submit.cli import main
+from qrsub.cli import main
 
 main(prog_name="qrsub")

@@ -1,26 +1,34 @@
-"""Render a variant and the kernel library into one submission file.
+"""The one build: a variant and the kernel library into one submission file.
 
-The submission is `templates/submission.py.j2` filled with: the directive block
-and provenance, the kernel modules of `kernels/` in MODULE_ORDER (their
-intra-package imports removed, their other top-level imports hoisted and
-de-duplicated), the resolved ROUTES and SETTINGS literals, and `custom_kernel`.
-The kernels in the file are the kernels in the package, line for line.
+Every command that needs a submission gets it from `build_submission`: a
+submission file (.py) is taken as it is; a variant (a .yaml path or a bare name
+like `champion`) is resolved, rendered and, given OUT, written atomically. Any
+problem is one BuildError whose message names the file, the line and the fix;
+nothing is written then.
 
-Refused (BuildError, nothing written): a source line containing the word the
-service refuses, two modules binding the same top-level name, an
-intra-package import the single file cannot satisfy, an invalid variant
-(VariantError), and any hard lint problem in the result.
+The rendered file is `templates/submission.py.j2` filled with: the directive
+block and provenance, every kernel module of `kernels/` (but `naive`, the torch
+references) in an order derived from their own imports (their intra-package
+imports removed, their other top-level imports hoisted and de-duplicated), the
+resolved ROUTES and SETTINGS literals, and `custom_kernel`. The kernels in the
+file are the kernels in the package, line for line.
 
-    >>> text = build_variant("variants/champion.yaml")
-    >>> write_build("variants/champion.yaml", "build/submission.py")
+Refused: a source line containing the word the service refuses, two modules
+binding the same top-level name, an intra-package import the single file cannot
+satisfy (a missing module, `naive`, a cycle at import time), an invalid
+variant, and any hard lint problem in the result.
+
+    >>> build_submission("variants/champion.yaml", "build/submission.py").path
+    PosixPath('build/submission.py')
 """
 from __future__ import annotations
 
 import ast
 import dataclasses
 import hashlib
+import heapq
+import importlib.util
 import pprint
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,27 +36,25 @@ import jinja2
 
 from qrsub.files import write_atomic
 from qrsub.kernels.plan import TWO_LEVEL_DRIVERS
-from qrsub.variant import Variant, load_variant
+from qrsub.rules import REFUSED_WORD, refused_lines
+from qrsub.variant import Variant, VariantError, find_variant, load_variant
 
-# The service refuses any file containing this word, in any case.
-REFUSED_WORD = "stream"
 # Names the template defines: a kernel module must not bind them.
 TEMPLATE_NAMES = ("custom_kernel", "ROUTES", "SETTINGS", "input_t", "output_t")
 ENTRY_POINT = ("routing", "qr_routed")
 NEVER_INLINED = ("naive",)
+VARIANT_SUFFIXES = (".yaml", ".yml")
+# The provenance line of a built file that names its variant (see the template).
+VARIANT_LINE = "# variant: "
 
 
 class BuildError(Exception):
     """The build cannot produce a valid submission; the message names the file, line and fix."""
 
 
-class BuildWarning(UserWarning):
-    """The build succeeded with a caveat (e.g. a kernel module not written yet)."""
-
-
 def _package_dir(package: str) -> Path:
-    import importlib
-    return Path(importlib.import_module(package).__file__).parent
+    # find_spec locates a package without running its __init__ (qrsub.task's imports torch).
+    return Path(importlib.util.find_spec(package).origin).parent
 
 
 def default_kernels_dir() -> Path:
@@ -57,11 +63,6 @@ def default_kernels_dir() -> Path:
 
 def default_template() -> Path:
     return _package_dir("qrsub.templates") / "submission.py.j2"
-
-
-def default_module_order() -> tuple[str, ...]:
-    import qrsub.kernels
-    return tuple(qrsub.kernels.MODULE_ORDER)
 
 
 # ---------------------------------------------------------------------------
@@ -156,11 +157,10 @@ def _names(tree: ast.Module) -> tuple[dict, dict]:
 
 
 def _check_refused_word(text: str, shown: str) -> None:
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if REFUSED_WORD in line.lower():
-            raise BuildError(f"{shown}:{lineno}: contains '{REFUSED_WORD}' (any case), which the service "
-                             f"refuses anywhere in a submission, comments included: reword it "
-                             f"(e.g. spell a torch attribute with getattr and a joined name)\n    {line.strip()}")
+    for lineno, line in refused_lines(text):
+        raise BuildError(f"{shown}:{lineno}: contains '{REFUSED_WORD}' (any case), which the service "
+                         f"refuses anywhere in a submission, comments included: reword it "
+                         f"(e.g. spell a torch attribute with getattr and a joined name)\n    {line.strip()}")
 
 
 def _stmt_lists(tree: ast.AST):
@@ -172,40 +172,123 @@ def _stmt_lists(tree: ast.AST):
                 yield value
 
 
-def _check_internal(node: ast.ImportFrom | ast.Import, top: bool, order: tuple[str, ...], earlier: tuple[str, ...],
-                    shown: str) -> None:
+@dataclass(frozen=True)
+class ParsedModule:
+    """A kernel module's text, parsed, with its package imports: (statement, run at import time)."""
+
+    name: str
+    path: Path
+    text: str
+    tree: ast.Module
+    internal: tuple[tuple[ast.ImportFrom, bool], ...]
+
+    @property
+    def shown(self) -> str:
+        return f"kernels/{self.name}.py"
+
+    def needs(self) -> dict[str, int]:
+        """Modules this one imports from at import time -> the line of the first such import."""
+        out: dict[str, int] = {}
+        for node, top in self.internal:
+            if top:
+                out.setdefault(_internal_target(node), node.lineno)
+        return out
+
+
+def _check_internal(node: ast.stmt, shown: str) -> None:
     """An internal import can be dropped only if the names it binds are the inlined modules' globals."""
     target = _internal_target(node)
     if target is None or isinstance(node, ast.Import) or any(a.asname for a in node.names):
         raise BuildError(f"{shown}:{node.lineno}: `{ast.unparse(node)}`: the single-file submission drops "
                          "package imports, so only `from .module import name` (no `as`, no module "
                          "objects) keeps working")
-    if target in NEVER_INLINED or target not in order:
-        raise BuildError(f"{shown}:{node.lineno}: imports from '{target}', which is never inlined in the "
-                         "submission (not in kernels/__init__.py MODULE_ORDER)")
-    if top and target not in earlier:
-        raise BuildError(f"{shown}:{node.lineno}: imports from '{target}', which comes later in "
-                         "MODULE_ORDER: a module may use at import time only modules before it")
 
 
-def read_module(path: Path, name: str, order: tuple[str, ...], shown: str) -> Module:
-    """Parse a kernel module, check its imports, and split off the imports to hoist."""
-    earlier = order[:order.index(name)]
-    source = path.read_text(encoding="utf-8")
-    _check_refused_word(source, shown)
+def read_source(path: Path, name: str) -> ParsedModule:
+    """Parse a kernel module and check the form of its package imports."""
+    shown = f"kernels/{name}.py"
+    text = path.read_text(encoding="utf-8")
+    _check_refused_word(text, shown)
     try:
-        tree = ast.parse(source, filename=shown)
+        tree = ast.parse(text, filename=shown)
     except SyntaxError as exc:
         raise BuildError(f"{shown}:{exc.lineno}: does not compile: {exc.msg}") from None
-    lines = source.splitlines()
-    drop: set[int] = set()
-    hoisted, internal = [], []
+    internal = []
     for stmts in _stmt_lists(tree):
-        top = stmts is tree.body
+        for stmt in stmts:
+            if _is_internal(stmt):
+                _check_internal(stmt, shown)
+                internal.append((stmt, stmts is tree.body))
+    return ParsedModule(name, path, text, tree, tuple(internal))
+
+
+def read_sources(kernels_dir: Path) -> dict[str, ParsedModule]:
+    """Every kernel module to inline, by name; each package import must name one of them."""
+    paths = {p.stem: p for p in sorted(Path(kernels_dir).glob("*.py"))
+             if p.stem != "__init__" and p.stem not in NEVER_INLINED}
+    sources = {name: read_source(path, name) for name, path in paths.items()}
+    for src in sources.values():
+        for node, _ in src.internal:
+            target = _internal_target(node)
+            if target in NEVER_INLINED:
+                raise BuildError(f"{src.shown}:{node.lineno}: imports from '{target}', which holds the torch "
+                                 "references and is never inlined in the submission: use it in tests only")
+            if target not in sources:
+                raise BuildError(f"{src.shown}:{node.lineno}: imports from '{target}', but kernels/{target}.py "
+                                 "does not exist: add the module or fix the import")
+    module, entry = ENTRY_POINT
+    if module not in sources:
+        raise BuildError(f"kernels/{module}.py does not exist: the submission's custom_kernel calls "
+                         f"{entry}(A, routes, settings) from it")
+    return sources
+
+
+def inline_order(sources: dict[str, ParsedModule]) -> list[str]:
+    """The modules with each after those it imports from at import time (ties by name).
+
+    A cycle of such imports has no order: a BuildError names its files and lines.
+    """
+    needs = {name: set(src.needs()) for name, src in sources.items()}
+    users = {name: [other for other in needs if name in needs[other]] for name in needs}
+    ready = [name for name, deps in needs.items() if not deps]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        name = heapq.heappop(ready)
+        order.append(name)
+        for user in users[name]:
+            needs[user].discard(name)
+            if not needs[user]:
+                heapq.heappush(ready, user)
+    if len(order) < len(sources):
+        raise BuildError(_cycle_message(sources, [n for n in sources if n not in order]))
+    return order
+
+
+def _cycle_message(sources: dict[str, ParsedModule], stuck: list[str]) -> str:
+    """Walk the import-time imports among STUCK until a module repeats: that loop is the cycle."""
+    path = [min(stuck)]
+    while True:
+        src = sources[path[-1]]
+        nxt = min(t for t in src.needs() if t in stuck)
+        if nxt in path:
+            loop = path[path.index(nxt):] + [nxt]
+            break
+        path.append(nxt)
+    links = [f"{sources[a].shown}:{sources[a].needs()[b]} imports from '{b}'" for a, b in zip(loop, loop[1:])]
+    return ("; ".join(links) + ": a cycle of imports at import time, which the single file cannot order: "
+            "move one of these imports into the function that uses it")
+
+
+def read_module(src: ParsedModule) -> Module:
+    """Split a parsed kernel module into the body to inline and the imports to hoist."""
+    lines = src.text.splitlines()
+    drop: set[int] = set()
+    hoisted = []
+    for stmts in _stmt_lists(src.tree):
+        top = stmts is src.tree.body
         mine = [s for s in stmts if _is_internal(s)]
         for s in mine:
-            _check_internal(s, top, order, earlier, shown)
-            internal.append(s)
             drop.update(range(s.lineno, s.end_lineno + 1))
         if mine and len(mine) == len(stmts) and not top:
             # The block held only package imports: keep it a valid block.
@@ -215,9 +298,9 @@ def read_module(path: Path, name: str, order: tuple[str, ...], shown: str) -> Mo
             hoisted = [s for s in stmts if isinstance(s, (ast.Import, ast.ImportFrom)) and not _is_internal(s)]
             drop.update(line for s in hoisted for line in range(s.lineno, s.end_lineno + 1))
     body = "\n".join(line for i, line in enumerate(lines, 1) if i not in drop).strip("\n")
-    defines, binds = _names(tree)
-    uses = tuple((_internal_target(s), a.name, s.lineno) for s in internal for a in s.names)
-    return Module(name, path, source, body, tuple(ast.unparse(s) for s in hoisted), defines, binds, uses)
+    defines, binds = _names(src.tree)
+    uses = tuple((_internal_target(s), a.name, s.lineno) for s, _ in src.internal for a in s.names)
+    return Module(src.name, src.path, src.text, body, tuple(ast.unparse(s) for s in hoisted), defines, binds, uses)
 
 
 def _check_uses(modules: list[Module]) -> None:
@@ -225,24 +308,15 @@ def _check_uses(modules: list[Module]) -> None:
     by_name = {m.name: m for m in modules}
     for m in modules:
         for target, name, line in m.uses:
-            if target in by_name and name not in by_name[target].defines and name not in by_name[target].binds:
+            if name not in by_name[target].defines and name not in by_name[target].binds:
                 raise BuildError(f"kernels/{m.name}.py:{line}: imports `{name}` from '{target}', "
                                  f"which does not define it")
 
 
-def read_modules(kernels_dir: Path, order: tuple[str, ...]) -> tuple[list[Module], list[str]]:
-    """The modules in order, and the names of those missing (a warning: the lead is writing them)."""
-    modules, missing = [], []
-    for name in order:
-        if name in NEVER_INLINED:
-            raise BuildError(f"kernels/__init__.py: MODULE_ORDER lists '{name}', which holds the torch "
-                             "references and is never inlined")
-        path = kernels_dir / f"{name}.py"
-        if not path.is_file():
-            missing.append(name)
-            continue
-        modules.append(read_module(path, name, order, f"kernels/{name}.py"))
-    return modules, missing
+def read_modules(kernels_dir: Path) -> list[Module]:
+    """The kernel modules to inline, in an order their import-time imports allow."""
+    sources = read_sources(kernels_dir)
+    return [read_module(sources[name]) for name in inline_order(sources)]
 
 
 def _check_names(modules: list[Module]) -> None:
@@ -270,10 +344,10 @@ def _hoist(modules: list[Module]) -> str:
     """Imports of all modules, first-seen order, `from __future__` first, each once."""
     imports = list(dict.fromkeys(i for m in modules for i in m.imports))
     future = [i for i in imports if i.startswith("from __future__")]
-    users = {m.name for m in modules if any(i.startswith("from __future__") for i in m.imports)}
+    users = [m.name for m in modules if any(i.startswith("from __future__") for i in m.imports)]
     if future and len(users) < len(modules):
-        warnings.warn(BuildWarning(f"`from __future__` imports of kernels/{', '.join(sorted(users))} apply "
-                                   "to every module in the single file"), stacklevel=3)
+        raise BuildError(f"kernels/{users[0]}.py: `{future[0]}` would apply to every module of the single "
+                         "file, changing the others: drop it (or use it in every kernel module)")
     return "\n".join(future + [i for i in imports if i not in future])
 
 
@@ -321,15 +395,16 @@ def _literal(value) -> str:
     return pprint.pformat(value, width=100, sort_dicts=False)
 
 
-def render(variant: Variant, modules: list[Module], missing: list[str], template_text: str) -> str:
+def render(variant: Variant, modules: list[Module], template_text: str) -> str:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True, autoescape=False)
     chain = " <- ".join([f"{variant.name}.yaml", *(p.name for p in variant.parents)])
     return env.from_string(template_text).render(
         leaderboard=variant.leaderboard, gpu=variant.gpu, variant=variant.name,
-        variant_title=f"{variant.name} ({variant.description})" if variant.description else variant.name, chain=chain if variant.parents else "(none)",
+        variant_title=f"{variant.name} ({variant.description})" if variant.description else variant.name,
+        chain=chain if variant.parents else "(none)",
         source_hash=source_hash(modules, template_text),
-        module_names=", ".join(m.name for m in modules) or "(none)", missing=missing,
+        module_names=", ".join(m.name for m in modules),
         settings_line=", ".join(f"{k}={v}" for k, v in dataclasses.asdict(variant.settings).items()),
         route_lines=[route_line(r) for r in variant.routes], imports=_hoist(modules),
         modules=modules, routes=_literal(tuple(variant.routes)), settings=_literal(variant.settings))
@@ -348,41 +423,80 @@ def _check_result(text: str) -> None:
         raise BuildError("\n".join(f"submission.py:{p.line}: {p.rule}: {p.message}" for p in hard))
 
 
-def build_variant(variant: str | Path | Variant, *, kernels_dir: Path | None = None,
-                  module_order: tuple[str, ...] | None = None, template: Path | None = None) -> str:
-    """The submission text for a variant (a path or a loaded Variant). Writes nothing.
-
-    Raises VariantError (bad variant) or BuildError (bad sources). Warns BuildWarning for
-    kernel modules that do not exist yet.
-    """
-    if not isinstance(variant, Variant):
-        variant = load_variant(variant)
+def render_submission(variant: Variant, *, kernels_dir: Path | None = None, template: Path | None = None) -> str:
+    """The submission text of a loaded variant, from the kernels and the template. Writes nothing."""
     kernels_dir = Path(kernels_dir) if kernels_dir else default_kernels_dir()
-    order = tuple(module_order) if module_order is not None else default_module_order()
     template = Path(template) if template else default_template()
     template_text = template.read_text(encoding="utf-8")
     _check_refused_word(template_text, f"templates/{template.name}")
-    modules, missing = read_modules(kernels_dir, order)
+    modules = read_modules(kernels_dir)
     _check_names(modules)
     _check_uses(modules)
     module, entry = ENTRY_POINT
-    if module in missing:
-        warnings.warn(BuildWarning(f"kernels/{module}.py does not exist yet: the submission's custom_kernel "
-                                   f"calls {entry}, which it does not define"), stacklevel=2)
-    elif module in order and not any(entry in m.defines for m in modules):
+    if not any(entry in m.defines for m in modules if m.name == module):
         raise BuildError(f"kernels/{module}.py: does not define `{entry}(A, routes, settings)`, "
                          "which custom_kernel calls")
-    for name in missing:
-        warnings.warn(BuildWarning(f"kernels/{name}.py (in MODULE_ORDER) does not exist yet: skipped"),
-                      stacklevel=2)
-    text = render(variant, modules, missing, template_text)
+    text = render(variant, modules, template_text)
     _check_result(text)
     return text
 
 
-def write_build(variant: str | Path | Variant, out: str | Path = "build/submission.py", **kwargs) -> Path:
-    """Build and write atomically (temp file + os.replace): on any error nothing is written."""
-    text = build_variant(variant, **kwargs)
-    return write_atomic(Path(out), text)
+# ---------------------------------------------------------------------------
+# The one build
 
 
+@dataclass(frozen=True)
+class Submission:
+    """A submission ready to lint, run or send."""
+
+    text: str
+    source: Path                  # what was named: a submission file or a variant
+    path: Path | None             # the file itself, or where the build was written (None: not written)
+    variant: Variant | None       # the resolved variant it was built from
+
+    @property
+    def content(self) -> bytes:
+        """The file's bytes (a submission file's own, undecodable ones included)."""
+        return self.text.encode("utf-8", errors="surrogateescape")
+
+    @property
+    def variant_name(self) -> str | None:
+        """The variant it came from: the one built, or the one a built file's header names."""
+        if self.variant is not None:
+            return self.variant.name
+        for line in self.text.split("\n"):
+            if not line.startswith("#"):
+                return None  # provenance lives in the top comment block only
+            if line.startswith(VARIANT_LINE):
+                words = line[len(VARIANT_LINE):].split()
+                return words[0] if words else None
+        return None
+
+
+def is_variant(path: Path) -> bool:
+    """Whether PATH names a variant (a .yaml, or a bare name like `champion`) rather than a file to take as is."""
+    return path.suffix.lower() in VARIANT_SUFFIXES or (not path.suffix and not path.exists())
+
+
+def build_submission(source: str | Path, out: str | Path | None = None, *, kernels_dir: Path | None = None,
+                     template: Path | None = None) -> Submission:
+    """The submission SOURCE names: a submission file as it is, or a variant (a .yaml path or a
+    bare name like `champion`) built from kernels/ and the template, and written to OUT when given
+    (atomically: on any error nothing is written). A submission file is never copied.
+
+    Raises BuildError, whose message names the file, the line and the fix.
+    """
+    source = Path(source)
+    if not is_variant(source):
+        if not source.is_file():
+            raise BuildError(f"{source} does not exist: name a submission file or a variant (a .yaml, or a "
+                             "bare name like champion), or build one with `qrsub build VARIANT.yaml`")
+        text = source.read_bytes().decode("utf-8", errors="surrogateescape")
+        return Submission(text, source, source, None)
+    try:
+        variant = load_variant(find_variant(source))
+    except VariantError as exc:  # its lines are FILE:LINE:COL: knob: problem
+        raise BuildError(str(exc)) from None
+    text = render_submission(variant, kernels_dir=kernels_dir, template=template)
+    path = write_atomic(Path(out), text) if out is not None else None
+    return Submission(text, source, path, variant)

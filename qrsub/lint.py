@@ -2,7 +2,8 @@
 
 Two kinds of rules:
 
-- hard: the service's own (shared/docs/popcorn-api.md): it refuses the file.
+- hard: the service's own (docs/service.md; their constants are in
+  qrsub.rules): it refuses the file.
   `empty`, `size` (> 1,000,000 bytes), `utf8`, `stream` (the word, any case,
   anywhere), `extension` (.py .cu .cuh .cpp), `directive` (the first block of
   comment lines: `#!POPCORN leaderboard NAME`, `#!POPCORN gpu NAME...` or
@@ -21,12 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-MAX_BYTES = 1_000_000
-EXTENSIONS = (".py", ".cu", ".cuh", ".cpp")
-REFUSED_WORD = "stream"
-DIRECTIVE_PREFIXES = ("#!POPCORN", "//!POPCORN")
-# directive -> the key duplicates are counted under (`gpu` and `gpus` are one directive)
-DIRECTIVES = {"leaderboard": "leaderboard", "gpu": "gpu", "gpus": "gpu"}
+from qrsub.rules import DIRECTIVES, EXTENSIONS, MAX_BYTES, REFUSED_WORD, parse_directives, refused_lines
+
 ALLOWED_TOP_MODULES = frozenset({"torch", "triton", "task", "__future__"}) | frozenset(sys.stdlib_module_names)
 
 
@@ -53,11 +50,6 @@ def lint_text(text: str, filename: str) -> list[Problem]:
 def lint_bytes(data: bytes, filename: str) -> list[Problem]:
     """Lint raw file bytes (undecodable bytes are reported, not fatal)."""
     return lint_text(data.decode("utf-8", errors="surrogateescape"), filename)
-
-
-def lint_file(path: str | Path) -> list[Problem]:
-    path = Path(path)
-    return lint_bytes(path.read_bytes(), path.name)
 
 
 # ---------------------------------------------------------------------------
@@ -98,53 +90,33 @@ def _first_non_utf8_line(text: str) -> int | None:
 
 
 def _refused_word(text: str) -> list[Problem]:
-    return [Problem(lineno, "stream", f"contains '{REFUSED_WORD}' (any case): the service refuses the file",
-                    True)
-            for lineno, line in enumerate(text.split("\n"), 1) if REFUSED_WORD in line.lower()]
-
-
-def _directive_block(lines: list[str]) -> int:
-    """Number of lines in the first block of comment lines (the only place directives are read)."""
-    count = 0
-    for line in lines:
-        if not (line.startswith("#") or line.startswith("//")):
-            break
-        count += 1
-    return count
+    return [Problem(lineno, "stream", f"contains '{REFUSED_WORD}' (any case): the service refuses the file", True)
+            for lineno, _ in refused_lines(text)]
 
 
 def _directives(text: str) -> list[Problem]:
-    lines = text.split("\n")
-    block = _directive_block(lines)
     out, seen = [], {}
-    for lineno, line in enumerate(lines, 1):
-        stripped = line.strip()
-        prefix = next((p for p in DIRECTIVE_PREFIXES if stripped.startswith(p)), None)
-        if prefix is None:
-            continue
-        if lineno > block:
-            out.append(Problem(lineno, "directive-placement", "a directive after the first block of comment "
+    for d in parse_directives(text):
+        if not d.in_header:
+            out.append(Problem(d.line, "directive-placement", "a directive after the first block of comment "
                                "lines: the service ignores it (move it to the top)", False))
             continue
-        words = stripped[len(prefix):].split()
-        if not words:
-            out.append(Problem(lineno, "directive", f"'{prefix}' without a directive; allowed: "
+        if d.name is None:
+            out.append(Problem(d.line, "directive", f"'{d.prefix}' without a directive; allowed: "
                                "leaderboard NAME, gpu NAME...", True))
             continue
-        name, args = words[0], words[1:]
-        if name not in DIRECTIVES:
-            out.append(Problem(lineno, "directive", f"unknown directive '{name}'; allowed: "
+        if d.key is None:
+            out.append(Problem(d.line, "directive", f"unknown directive '{d.name}'; allowed: "
                                f"{', '.join(DIRECTIVES)}", True))
             continue
-        if not args:
-            out.append(Problem(lineno, "directive", f"'{name}' without an argument", True))
-        key = DIRECTIVES[name]
-        if key in seen:
-            out.append(Problem(lineno, "directive", f"'{name}' again (first at line {seen[key]})", True))
+        if not d.args:
+            out.append(Problem(d.line, "directive", f"'{d.name}' without an argument", True))
+        if d.key in seen:
+            out.append(Problem(d.line, "directive", f"'{d.name}' again (first at line {seen[d.key]})", True))
         else:
-            seen[key] = lineno
-        if key == "leaderboard" and len(args) > 1:
-            out.append(Problem(lineno, "directive", f"'leaderboard' takes one name, got {len(args)}", False))
+            seen[d.key] = d.line
+        if d.key == "leaderboard" and len(d.args) > 1:
+            out.append(Problem(d.line, "directive", f"'leaderboard' takes one name, got {len(d.args)}", False))
     for key in ("leaderboard", "gpu"):
         if key not in seen:
             out.append(Problem(1, "directive-missing", f"no '#!POPCORN {key}' directive at the top "

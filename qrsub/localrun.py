@@ -10,28 +10,28 @@ Public API:
         pass (`python submission.py`), then `python eval.py MODE cases.txt`
         with a POPCORN_FD pipe. Mode "leaderboard" runs the stages test,
         benchmark, leaderboard and stops at the first failing one (as the
-        service's ranked run). CASES is a selector string (see select_cases).
-        Without a GPU only cases with n <= max_n (default 64) run, with
-        TRITON_INTERPRET=1 in the child's environment. ON_STAGE(stage_result)
-        is called as each stage ends, ON_COMPILE(compile_result) after the
-        compile pass, ON_STAGE_START(mode, indices, skipped) before each
-        stage (skipped: (index, spec) pairs over max_n). CPU=None probes for a GPU; True/False forces it. MAX_REPEATS caps
-        the benchmark repetitions (a local-only knob; the service does not cap).
+        service's ranked run). CASES is a `--cases` selector
+        (qrsub.harness.select_cases). Without a GPU only cases with
+        n <= max_n (default CPU_MAX_N) run, with TRITON_INTERPRET=1 in the
+        child's environment. ON_STAGE(stage_result) is called as each stage
+        ends, ON_COMPILE(compile_result) after the compile pass,
+        ON_STAGE_START(mode, indices, skipped) before each stage (skipped:
+        (index, spec) pairs over max_n). CPU=None probes for a GPU; True/False
+        forces it. MAX_REPEATS caps the benchmark repetitions (a local-only
+        knob; the service does not cap). Raises HarnessError for a bad
+        selection, a missing file or a task.yml without a timeout.
 
     LocalRun: stages (list[StageResult]), compile (CompileResult), run_dir
         (kept only with keep=True), cpu (bool), seed, skipped (list of
-        (stage mode, index, spec) left out by max_n); passed.
+        (stage mode, index, spec) left out by max_n); passed (the harness's
+        verdict, as the service would give it), fallbacks (routes that fell
+        back to torch.geqrf, which the service would not notice).
     StageResult: mode, report (dict), cases (list[report.CaseResult], indices
-        as in task.yml), exit_code, output_tail, timed_out, timeout_s; passed.
+        as in task.yml), exit_code, output_tail, timed_out, timeout_s,
+        fallbacks (list[qrsub.fallbacks.Fallback]); passed.
 
-    select_cases(specs, selector) -> list[int]
-        "0,3-5" picks indices; "n=512" or "case=mixed" filters; combinable
-        ("0-9,n=512"). Filters on one key are alternatives, different keys
-        must all hold; case=dense matches specs without a case.
     has_gpu() -> bool                    whether torch sees a CUDA device
-    load_task(harness=None) -> dict      task.yml as a dict
-    default_harness() -> Path            the package's task/ directory
-    STAGES (mode -> stages), cases_for(task, mode) -> list[dict]
+    STAGES (mode -> stages)
 """
 from __future__ import annotations
 
@@ -46,24 +46,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import yaml
-
+from qrsub import fallbacks
+from qrsub.harness import (HARNESS_FILES, HarnessError, cases_for, default_harness, load_task, select_cases,
+                           stage_timeout, task_yml)
 from qrsub.report import CaseResult, cases_from_report, parse_report
 
-HARNESS_FILES = ("task.py", "utils.py", "reference.py", "eval.py")
 STAGES = {"test": ("test",), "benchmark": ("benchmark",), "profile": ("profile",),
           "leaderboard": ("test", "benchmark", "leaderboard")}
-TIMEOUT_KEYS = {"test": "test_timeout", "benchmark": "benchmark_timeout",
-                "leaderboard": "ranked_timeout", "profile": "benchmark_timeout"}
-DEFAULT_TIMEOUTS = {"test_timeout": 240, "benchmark_timeout": 480, "ranked_timeout": 900}
 # Without a GPU, Triton's interpreter needs minutes per reflector-heavy batch (40x176
 # outlasts the 240 s test timeout): by default only the n=32 case runs; --max-n widens it.
 CPU_MAX_N = 64
 TAIL_CHARS = 4000
-
-
-class LocalRunError(Exception):
-    """A problem with the run's inputs (missing file, bad selector), not the submission's verdict."""
 
 
 @dataclass
@@ -81,6 +74,7 @@ class StageResult:
     output_tail: str = ""
     timed_out: bool = False
     timeout_s: float | None = None
+    fallbacks: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -102,31 +96,12 @@ class LocalRun:
         expected = len(STAGES[self.mode])
         return len(self.stages) == expected and all(s.passed for s in self.stages)
 
+    @property
+    def fallbacks(self) -> list:
+        return list(dict.fromkeys(f for stage in self.stages for f in stage.fallbacks))
+
 
 # ------------------------------------------------------------- the harness
-
-def default_harness() -> Path:
-    import qrsub.task
-    return Path(qrsub.task.__file__).resolve().parent
-
-
-def _task_yml(harness: Path | None) -> Path:
-    for folder in (harness, default_harness()):
-        if folder is not None and (folder / "task.yml").is_file():
-            return folder / "task.yml"
-    raise LocalRunError(f"no task.yml in {harness or default_harness()}")
-
-
-def load_task(harness: str | Path | None = None) -> dict:
-    path = _task_yml(Path(harness) if harness else None)
-    with open(path) as f:
-        return yaml.safe_load(f)
-
-
-def cases_for(task: dict, mode: str) -> list[dict]:
-    """The service's case list: `tests` for test mode, `benchmarks` for the timed modes."""
-    return list(task["tests"] if mode == "test" else task["benchmarks"])
-
 
 def _format_case(spec: dict) -> str:
     # Keys in the order task.yml writes them, as the service's test file does.
@@ -137,48 +112,12 @@ def _lay_out(run_dir: Path, submission: Path, harness: Path | None) -> None:
     source = harness or default_harness()
     missing = [name for name in HARNESS_FILES if not (source / name).is_file()]
     if missing:
-        raise LocalRunError(f"harness {source} lacks {', '.join(missing)}; "
+        raise HarnessError(f"harness {source} lacks {', '.join(missing)}; "
                             "point --harness at a folder with task.py, utils.py, reference.py and eval.py")
     for name in HARNESS_FILES:
         shutil.copyfile(source / name, run_dir / name)
-    shutil.copyfile(_task_yml(harness), run_dir / "task.yml")
+    shutil.copyfile(task_yml(harness), run_dir / "task.yml")
     shutil.copyfile(submission, run_dir / "submission.py")
-
-
-# --------------------------------------------------------------- selection
-
-def _parse_range(token: str, count: int) -> range:
-    lo, _, hi = token.partition("-")
-    try:
-        start, stop = int(lo), int(hi or lo)
-    except ValueError:
-        raise LocalRunError(f"--cases: {token!r} is neither an index, a range like 3-5, "
-                            "nor a filter like n=512") from None
-    if not (0 <= start <= stop < count):
-        raise LocalRunError(f"--cases: {token!r} is out of range (cases are 0..{count - 1})")
-    return range(start, stop + 1)
-
-
-def _matches(spec: dict, key: str, values: set[str]) -> bool:
-    value = spec.get(key, "dense" if key == "case" else None)
-    return str(value).lower() in values
-
-
-def select_cases(specs: list[dict], selector: str | None) -> list[int]:
-    """Indices of SPECS picked by SELECTOR (None or "" picks all)."""
-    indices: set[int] = set()
-    filters: dict[str, set[str]] = {}
-    for token in (t.strip() for t in (selector or "").split(",")):
-        if not token:
-            continue
-        if "=" in token:
-            key, _, value = token.partition("=")
-            filters.setdefault(key.strip(), set()).add(value.strip().lower())
-        else:
-            indices.update(_parse_range(token, len(specs)))
-    return [i for i, spec in enumerate(specs)
-            if (not indices or i in indices)
-            and all(_matches(spec, k, v) for k, v in filters.items())]
 
 
 # ------------------------------------------------------------- processes
@@ -226,9 +165,9 @@ def _run(cmd: list, cwd: Path, env: dict, timeout: float, log: Path,
             _kill_group(proc)  # leftovers (a worker stuck after the parent exited)
 
 
-def _tail(path: Path) -> str:
+def _read_log(path: Path) -> str:
     try:
-        return path.read_text(errors="replace")[-TAIL_CHARS:]
+        return path.read_text(errors="replace")
     except OSError:
         return ""
 
@@ -246,7 +185,7 @@ def _compile_pass(run_dir: Path, env: dict, timeout: float) -> CompileResult:
         return CompileResult(False, f"`python submission.py` did not finish within {timeout:g} s")
     if code != 0:
         return CompileResult(False, f"`python submission.py` exited with {code}: "
-                                    f"{_last_line(_tail(log)) or 'no output'}")
+                                    f"{_last_line(_read_log(log)[-TAIL_CHARS:]) or 'no output'}")
     return CompileResult(True)
 
 
@@ -256,7 +195,9 @@ def _read_pipe(fd: int, sink: list) -> None:
 
 
 def _run_eval(run_dir: Path, mode: str, env: dict, timeout: float) -> tuple[str, int | None, str, bool]:
-    """`python eval.py MODE cases.txt` with the POPCORN_FD pipe; returns (report text, code, tail, timed out)."""
+    """`python eval.py MODE cases.txt` with the POPCORN_FD pipe; returns (report text, code, output, timed out).
+
+    The output is eval.py's and its worker's stdout and stderr, whole: a submission's fallback lines are in it."""
     read_fd, write_fd = os.pipe()
     chunks: list[bytes] = []
     reader = threading.Thread(target=_read_pipe, args=(read_fd, chunks), daemon=True)
@@ -266,7 +207,7 @@ def _run_eval(run_dir: Path, mode: str, env: dict, timeout: float) -> tuple[str,
     code, timed_out = _run([sys.executable, "eval.py", mode, "cases.txt"], run_dir, env,
                            timeout, log, pass_fds=(write_fd,))
     reader.join(timeout=10)
-    return b"".join(chunks).decode(errors="replace"), code, _tail(log), timed_out
+    return b"".join(chunks).decode(errors="replace"), code, _read_log(log), timed_out
 
 
 # ------------------------------------------------------------ the verdicts
@@ -293,10 +234,11 @@ def _fill_missing(cases: list, picked: list[int], specs: list[dict], stage: Stag
     return out
 
 
-def _stage_result(mode: str, text: str, code, tail: str, timed_out: bool, timeout: float,
+def _stage_result(mode: str, text: str, code, output: str, timed_out: bool, timeout: float,
                   picked: list[int], specs: list[dict]) -> StageResult:
     stage = StageResult(mode=mode, report=parse_report(text), exit_code=code,
-                        output_tail=tail, timed_out=timed_out, timeout_s=timeout)
+                        output_tail=output[-TAIL_CHARS:], timed_out=timed_out, timeout_s=timeout,
+                        fallbacks=fallbacks.in_output(output))
     cases = _fill_missing(cases_from_report(stage.report, mode), picked, specs, stage)
     for case in cases:  # report indices count the cases file; show task.yml's
         case.index = picked[case.index] if case.index < len(picked) else case.index
@@ -305,10 +247,7 @@ def _stage_result(mode: str, text: str, code, tail: str, timed_out: bool, timeou
 
 
 def _stage_timeout(task: dict, mode: str, override: float | None) -> float:
-    if override is not None:
-        return float(override)
-    key = TIMEOUT_KEYS[mode]
-    return float(task.get(key, DEFAULT_TIMEOUTS[key]))
+    return float(override) if override is not None else stage_timeout(task, mode)
 
 
 def _pick(task: dict, mode: str, selector: str | None, max_n: int | None):
@@ -330,10 +269,10 @@ def run_local(submission: str | Path, mode: str = "test", *, cases: str | None =
               cpu: bool | None = None, max_repeats: int | None = None) -> LocalRun:
     """Run SUBMISSION through the harness in MODE; see the module docstring."""
     if mode not in STAGES:
-        raise LocalRunError(f"unknown mode {mode!r}; use one of {', '.join(STAGES)}")
+        raise HarnessError(f"unknown mode {mode!r}; use one of {', '.join(STAGES)}")
     submission = Path(submission)
     if not submission.is_file():
-        raise LocalRunError(f"submission {submission} does not exist; build one with "
+        raise HarnessError(f"submission {submission} does not exist; build one with "
                             "`qrsub build VARIANT.yaml` or pass a path")
     harness = Path(harness).resolve() if harness else None
     task = load_task(harness)
@@ -370,12 +309,12 @@ def _run_stage(run_dir: Path, task: dict, mode: str, selector, max_n, env, timeo
     result.skipped.extend((mode, i, spec) for i, spec in skipped)
     if not picked:
         if not result.stages:
-            raise LocalRunError(f"no {mode} case left to run (selection {selector or 'all'}, "
+            raise HarnessError(f"no {mode} case left to run (selection {selector or 'all'}, "
                                 f"max n {max_n}); pick cases with --cases or raise --max-n")
         return None
     if on_start:
         on_start(mode, picked, skipped)
     (run_dir / "cases.txt").write_text("".join(_format_case(specs[i]) + "\n" for i in picked))
     limit = _stage_timeout(task, mode, timeout)
-    text, code, tail, timed_out = _run_eval(run_dir, mode, env, limit)
-    return _stage_result(mode, text, code, tail, timed_out, limit, picked, specs)
+    text, code, output, timed_out = _run_eval(run_dir, mode, env, limit)
+    return _stage_result(mode, text, code, output, timed_out, limit, picked, specs)

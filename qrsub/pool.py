@@ -20,19 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from qrsub.bench import error_text
+from qrsub.bench.engine import error_text
+
 
 def visible_devices() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries ([] without CUDA)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [d.strip() for d in env.split(",") if d.strip()]
-    try:
-        import torch
+    import torch
 
-        return [str(i) for i in range(torch.cuda.device_count())]
-    except Exception:
-        return []
+    return [str(i) for i in range(torch.cuda.device_count())]
 
 
 def assign_devices(n_workers: int, devices: Sequence[str]) -> list[str]:
@@ -163,7 +161,7 @@ def _worker_main(runner: str) -> int:
         t0 = time.monotonic()
         try:
             result = fn(job, log)
-        except Exception as exc:
+        except Exception as exc:  # a job runs submissions' code: its crash is that job's result, not the worker's end
             log(traceback.format_exc())
             result = {"name": job.get("name"), "stage": "crash", "error": error_text(exc)}
         result = {**result, "pid": pid}

@@ -19,7 +19,8 @@ Public API (stable; other commands import it):
         ("pass"/"fail"), message, error, factor / orth (scaled factor and
         orthogonality residuals, parsed from the pass message), runs, mean_ns,
         std_ns, err_ns, best_ns, worst_ns; properties passed, factor_margin
-        (factor / 20), orth_margin (orth / 100), mean_us, std_us, timed.
+        and orth_margin (each residual over its gate, qrsub.harness.checker_gates:
+        below 1 passes), mean_us, std_us, timed.
 
     geomean_us(cases) -> float | None
         Geometric mean of the cases' benchmark means in microseconds (the
@@ -45,9 +46,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-# The checker's gates on the scaled residuals (harness.md, "The checker").
-FACTOR_GATE = 20.0
-ORTH_GATE = 100.0
+from qrsub.harness import checker_gates
 
 _KEY_LINE = re.compile(r"^([A-Za-z0-9_.\-]+): ?(.*)$")
 _TIMING_KEYS = ("runs", "mean", "std", "err", "best", "worst")
@@ -82,11 +81,11 @@ class CaseResult:
 
     @property
     def factor_margin(self) -> float | None:
-        return None if self.factor is None else self.factor / FACTOR_GATE
+        return None if self.factor is None else self.factor / checker_gates().factor
 
     @property
     def orth_margin(self) -> float | None:
-        return None if self.orth is None else self.orth / ORTH_GATE
+        return None if self.orth is None else self.orth / checker_gates().orth
 
     @property
     def mean_us(self) -> float | None:
@@ -260,8 +259,9 @@ def render_cases(cases, mode: str, console=None, title: str | None = None, *,
     for name, justify in (("#", "right"), ("spec", "left"), ("seed", "right"), ("status", "left")):
         table.add_column(name, justify=justify, no_wrap=True)
     if margins:
-        table.add_column("factor/20", justify="right")
-        table.add_column("orth/100", justify="right")
+        gates = checker_gates()
+        table.add_column(f"factor/{gates.factor:g}", justify="right")
+        table.add_column(f"orth/{gates.orth:g}", justify="right")
     if timed:
         table.add_column(f"mean {unit}", justify="right")
         table.add_column(f"std {unit}", justify="right")

@@ -29,8 +29,11 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from qrsub import bench, stats
+from qrsub import stats
+from qrsub.bench import engine, report
 from qrsub.files import write_atomic
+from qrsub.harness import cases_for, load_task
+from qrsub.variant import ROUTE_KNOBS, load_variant, parse_variant
 
 SEEDS_FOR_PRECISION = (None, 1, 2, 3)   # None: the cases' own seeds
 DEFAULT_RUNNER = "qrsub.sweep:run_job"
@@ -141,8 +144,6 @@ def _split_key(lhs: str, routes: Sequence[str] | None) -> tuple[str, tuple[str, 
 
 def check_knob(axis: Axis) -> None:
     """Reject a knob path the variant schema does not have (with the knobs it does)."""
-    from qrsub.variant import ROUTE_KNOBS
-
     known = {k.path: k for k in ROUTE_KNOBS}
     if axis.path not in known:
         import difflib
@@ -219,19 +220,17 @@ class GatePlan:
     why: str
 
 
-def gate_plan(point: Point, tests: Sequence[dict], base_variant=None) -> GatePlan:
+def gate_plan(point: Point, tests: Sequence[dict], base_variant) -> GatePlan:
     """All tests and four seeds for a precision change; else the tests the touched routes serve.
 
     Routes are those BASE takes for each test shape (the sweep changes knobs,
-    never the shape ranges). Without the variant, or when no test case lands
-    on a touched route, every test case is run: never fewer than needed.
+    never the shape ranges). When no test case lands on a touched route,
+    every test case is run: never fewer than needed.
     """
     everything = list(range(len(tests)))
     if touches_precision(point):
         return GatePlan(everything, list(SEEDS_FOR_PRECISION), "precision change: every test, seeds default,1,2,3")
     routes = set(touched_routes(point))
-    if base_variant is None:
-        return GatePlan(everything, [None], "routes unknown: every test")
     mine = [i for i, t in enumerate(tests) if _route_name(base_variant, t) in routes]
     if not mine:
         return GatePlan(everything, [None], f"no test lands on {', '.join(sorted(routes))}: every test")
@@ -269,7 +268,9 @@ def _harness_gate(submission, indices, seed, log) -> tuple[bool, str]:
 
 
 def local_verdict(run) -> tuple[bool, str]:
-    """(passed, why) of a localrun.LocalRun in test mode."""
+    """(passed, why) of a localrun.LocalRun in test mode; a route that fell back to torch.geqrf fails it."""
+    if run.fallbacks:
+        return False, "; ".join(map(str, run.fallbacks))
     if run.passed:
         return True, ""
     if not run.stages:
@@ -293,7 +294,7 @@ class Candidate:
     variant: Path
     gate: GatePlan
 
-    def job(self, base: Path, bench_cases: list[int], budget: float, stop: bench.StopRule,
+    def job(self, base: Path, bench_cases: list[int], budget: float, stop: engine.StopRule,
             build_dir: Path) -> dict:
         """What a worker needs, as JSON: the files, the gate, the bench settings."""
         return {"name": self.name, "variant": str(self.variant.resolve()), "base": str(Path(base).resolve()),
@@ -308,35 +309,36 @@ _BUILT: dict[str, Path] = {}   # per worker: variant path -> built submission (B
 
 def _build(variant: str, build_dir: Path) -> Path:
     if variant not in _BUILT:
-        from qrsub.build import build_variant
+        from qrsub.build import build_submission
 
-        out = build_dir / f"{Path(variant).stem}.py"
-        write_atomic(out, build_variant(variant))
-        _BUILT[variant] = out
+        _BUILT[variant] = build_submission(variant, build_dir / f"{Path(variant).stem}.py").path
     return _BUILT[variant]
 
 
 def run_job(job: dict, log: Callable[[str], None]) -> dict:
     """The worker's job: build, gate, then time the candidate against BASE on this GPU."""
+    from qrsub.bench.timer import HarnessTimer, device_name
+    from qrsub.build import BuildError
+
     build_dir = Path(job["build_dir"])
-    result: dict[str, Any] = {"name": job["name"], "device": bench.device_name()}
+    result: dict[str, Any] = {"name": job["name"], "device": device_name()}
     try:
         base_sub, cand_sub = _build(job["base"], build_dir), _build(job["variant"], build_dir)
-    except Exception as exc:
-        return {**result, "stage": "build", "error": bench.error_text(exc)}
+    except BuildError as exc:
+        return {**result, "stage": "build", "error": str(exc)}
     log(f"gate {job['name']}: tests {job['gate']['cases']} seeds {job['gate']['seeds']}")
     ok, message = run_gate(cand_sub, GatePlan(job["gate"]["cases"], job["gate"]["seeds"], ""), log)
     result["gate"] = {"ok": ok, "message": message}
     if not ok:
         return {**result, "stage": "gate", "error": message}
     cfg = job["bench"]
-    cases = bench.load_cases("benchmarks")
+    cases = cases_for(load_task(), "benchmark")
     specs = [cases[i] for i in cfg["cases"]]
-    stop = bench.StopRule(target=cfg["target"], min_reps=cfg["min_reps"], max_reps=cfg["max_reps"])
-    timer = bench.HarnessTimer([base_sub, cand_sub], tag="sweep")
-    hook = lambda pos, r, e, share: r % 20 == 0 and log(f"  {bench.case_label(specs[pos])}: round {r}, {e:.1f}s")
-    runs = bench.run_bench(timer, specs, 2, stop, cfg["budget"], on_round=hook)
-    summary = bench.summarize(runs, ["BASE", job["name"]], device=bench.device_name(), case_indices=cfg["cases"])
+    stop = engine.StopRule(target=cfg["target"], min_reps=cfg["min_reps"], max_reps=cfg["max_reps"])
+    timer = HarnessTimer([base_sub, cand_sub], tag="sweep")
+    hook = lambda pos, r, e, share: r % 20 == 0 and log(f"  {report.case_label(specs[pos])}: round {r}, {e:.1f}s")
+    runs = engine.run_bench(timer, specs, 2, stop, cfg["budget"], on_round=hook)
+    summary = report.summarize(runs, ["BASE", job["name"]], device=device_name(), case_indices=cfg["cases"])
     return {**result, "stage": "bench", "summary": summary}
 
 
@@ -429,33 +431,30 @@ def plan_sweep(base: Path, sets: Sequence[str], run_dir: Path, bench_cases: list
 
     BENCH_CASES None: the benchmark cases BASE routes to any touched route
     (the others run the same code in BASE and candidate, and only add noise);
-    every case when that is unknown or empty.
+    every case when there is none.
     """
-    base_variant = _load_base(base)
-    route_names = [r.name for r in base_variant.routes] if base_variant else None
+    base_variant = load_variant(base)
+    route_names = [r.name for r in base_variant.routes]
     axes = [parse_set(s, route_names) for s in sets]
     if not axes:
         raise SweepError("nothing to sweep: give at least one --set ROUTE.KNOB=v1,v2")
     for axis in axes:
         check_knob(axis)
-    tests = bench.load_cases("tests")
+    tests = cases_for(load_task(), "test")
     cands = []
     for point in expand_grid(axes):
         name = f"{base.stem}.{point_slug(point)}"
         cands.append(Candidate(name, point, run_dir / "variants" / f"{name}.yaml",
                                gate_plan(point, tests, base_variant)))
     if bench_cases is None:
-        bench_cases = affected_cases(bench.load_cases("benchmarks"), {a.route for a in axes}, base_variant)
+        bench_cases = affected_cases(cases_for(load_task(), "benchmark"), {a.route for a in axes}, base_variant)
     return SweepPlan(base, axes, cands, run_dir, bench_cases)
 
 
 def affected_cases(cases: Sequence[dict], routes: set[str], base_variant) -> list[int]:
-    """Indices of CASES that BASE routes to one of ROUTES (all of them when unknown or none)."""
-    everything = list(range(len(cases)))
-    if base_variant is None:
-        return everything
+    """Indices of CASES that BASE routes to one of ROUTES (all of them when none)."""
     mine = [i for i, c in enumerate(cases) if _route_name(base_variant, c) in routes]
-    return mine or everything
+    return mine or list(range(len(cases)))
 
 
 def score_ratio(g: dict, timed: int, total: int) -> dict:
@@ -465,28 +464,12 @@ def score_ratio(g: dict, timed: int, total: int) -> dict:
     return {k: g["ratio"][k] ** p for k in ("value", "lo", "hi")}
 
 
-def _load_base(base: Path):
-    try:
-        from qrsub.variant import load_variant
-    except ImportError:
-        return None
-    return load_variant(base)
-
-
 def emit_variants(plan: SweepPlan) -> None:
-    """Write every grid point's variant file, validating it first when the schema is there."""
+    """Write every grid point's variant file, validating it first."""
     for c in plan.candidates:
         text = variant_text(plan.base, c.point, c.variant)
-        validate_variant_text(text, c.variant)
+        parse_variant(text, c.variant)
         write_atomic(c.variant, text)
-
-
-def validate_variant_text(text: str, path: Path) -> None:
-    try:
-        from qrsub.variant import parse_variant
-    except ImportError:
-        return
-    parse_variant(text, path)
 
 
 def describe(plan: SweepPlan, devices: Sequence[str], budget: float) -> list[str]:
@@ -499,7 +482,8 @@ def describe(plan: SweepPlan, devices: Sequence[str], budget: float) -> list[str
                      f"{['default' if s is None else s for s in c.gate.seeds]} ({c.gate.why})")
     workers = ", ".join(f"worker {i} -> CUDA_VISIBLE_DEVICES={d}" for i, d in enumerate(devices)) or "none (no GPU here)"
     lines.append(f"workers: {workers}")
-    labels = ", ".join(bench.case_label(bench.load_cases("benchmarks")[i]) for i in plan.bench_cases)
+    cases = cases_for(load_task(), "benchmark")
+    labels = ", ".join(report.case_label(cases[i]) for i in plan.bench_cases)
     lines.append(f"each survivor: timed against BASE on benchmark cases {plan.bench_cases} ({labels}), "
                  f"budget {budget:g} s, ABBA rounds in the worker's process")
     lines.append(f"files: {plan.run_dir}/variants/*.yaml, {plan.run_dir}/logs/worker-*.log, {plan.run_dir}/results.json")

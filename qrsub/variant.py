@@ -26,9 +26,7 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from qrsub.kernels import plan
-
-# The service refuses any file containing this word; names and descriptions go into the file.
-REFUSED_WORD = "stream"
+from qrsub.rules import REFUSED_WORD
 
 # ---------------------------------------------------------------------------
 # Locations and errors

@@ -1,1 +1,2 @@
-"""The qrsub command line and the leaderboard client."""
+"""What talks to the leaderboard service: config, HTTP client, ledger, and the `submit` and
+`submissions` commands (the other commands live in qrsub.cli)."""

@@ -1,4 +1,4 @@
-"""The leaderboard service's HTTP API (see shared/docs/popcorn-api.md), and nothing else.
+"""The leaderboard service's HTTP API (see docs/service.md), and nothing else.
 
 One `Client` per command. It knows the endpoints, turns the service's answers
 into Python values, and tells failures apart:

@@ -14,8 +14,8 @@ import click
 
 from qrsub.submit.client import FAILED_JOB_STATES, ApiError, JobFailed, ServiceError, job_status
 from qrsub.submit.ledger import LedgerError
-from qrsub.submit.submit_cmd import (console, follow, get_config, make_client, open_ledger,
-                                     outcome_of, render_outcome, service_options, to_seconds)
+from qrsub.submit.outcome import (console, follow, get_config, make_client, open_ledger, outcome_of,
+                                  render_outcome, service_options, to_seconds)
 
 
 @contextmanager

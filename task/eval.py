@@ -26,13 +26,14 @@ MODES = ("test", "benchmark", "leaderboard", "profile")
 REQUIRED_KEYS = ("batch", "n", "cond", "seed")
 MAX_MESSAGE = 2000
 
-# Benchmark budgets (harness.md, "benchmark mode" and "leaderboard mode").
+# Benchmark budgets (docs/harness.md, "benchmark mode" and "leaderboard mode").
 BENCH_BUDGET_NS = {"benchmark": 10e9, "leaderboard": 30e9}
 BENCH_MAX_REPEATS = {"benchmark": 200, "leaderboard": 1000}
 WARMUP_BUDGET_NS = {"benchmark": 0.1e9, "leaderboard": 0.5e9}
 MIN_TIME_NS = 0.1e9
 MAX_WALL_NS = 120e9
 INPUT_BYTES = 256 * 1024 * 1024
+MAX_INPUTS = 50
 
 
 @dataclasses.dataclass
@@ -160,13 +161,17 @@ def _stats(durations: list) -> dict:
             "best": min(durations), "worst": max(durations)}
 
 
+def input_count(batch: int, n: int) -> int:
+    """How many inputs one benchmark repetition times: ~INPUT_BYTES of them, 1 to MAX_INPUTS."""
+    return max(1, min(MAX_INPUTS, INPUT_BYTES // (batch * n * n * 4)))
+
+
 def _inputs(args: dict) -> list:
-    """The benchmark's input list: ~256 MiB worth, seed += 42 before each."""
+    """The benchmark's input list: input_count of them, seed += 42 before each."""
     from reference import generate_input
-    count = max(1, min(50, INPUT_BYTES // (args["batch"] * args["n"] * args["n"] * 4)))
     args = dict(args)
     data = []
-    for _ in range(count):
+    for _ in range(input_count(args["batch"], args["n"])):
         args["seed"] += 42
         data.append(generate_input(**args))
     return data

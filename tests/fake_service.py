@@ -1,6 +1,6 @@
 """A stand-in for the leaderboard service: a real HTTP server on 127.0.0.1.
 
-It implements the endpoints of shared/docs/popcorn-api.md with the service's
+It implements the endpoints of the service (docs/service.md) with its
 status codes and JSON shapes, so the client is tested through real sockets:
 
 - `POST /submission/{lb}/{gpu}/{mode}` checks the cli_id header, the

@@ -1,15 +1,20 @@
 """The bench engine on the CPU: ABBA order, stop rules, report, plot, refusal, dry run."""
+import functools
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from click.testing import CliRunner
 from rich.console import Console
 
-from qrsub import bench, stats
-from qrsub.submit.bench_cmd import bench as bench_cli
+from qrsub import stats
+from qrsub.bench import engine, report, timer
+from qrsub.cli.bench import bench as bench_cli
+from qrsub.task.eval import input_count
 
 STARTER = "task/submission.py"
+FALLS_BACK = Path(__file__).parent / "fixtures" / "harness" / "falls_back.py"
 
 
 class FakeClock:
@@ -48,13 +53,13 @@ SPEC = {"batch": 20, "n": 32, "cond": 1, "seed": 43214}
 
 
 def test_round_order_alternates():
-    assert [bench.round_order(r, [0, 1]) for r in range(4)] == [[0, 1], [1, 0], [0, 1], [1, 0]]
-    assert bench.round_order(1, [0, 1, 2]) == [2, 1, 0]
+    assert [engine.round_order(r, [0, 1]) for r in range(4)] == [[0, 1], [1, 0], [0, 1], [1, 0]]
+    assert engine.round_order(1, [0, 1, 2]) == [2, 1, 0]
 
 
 def test_constant_timings_stop_tight_at_min_reps_in_abba_order():
     clock = FakeClock()
-    run = bench.run_case(FakeTimer([1.0, 0.9], clock), SPEC, 2, bench.StopRule(min_reps=10), 100.0, clock)
+    run = engine.run_case(FakeTimer([1.0, 0.9], clock), SPEC, 2, engine.StopRule(min_reps=10), 100.0, clock)
     assert run.reason == "tight" and run.rounds == 10
     assert run.order[:8] == [0, 1, 1, 0, 0, 1, 1, 0]
     assert run.samples == {0: [1.0] * 10, 1: [0.9] * 10}
@@ -63,33 +68,33 @@ def test_constant_timings_stop_tight_at_min_reps_in_abba_order():
 def test_noisy_timings_stop_on_budget_after_floor_reps():
     clock = FakeClock()
     noisy = lambda i, k: 0.5 * (k % 2)       # 1.0, 1.5, 1.0, ... never tight
-    rule = bench.StopRule(min_reps=10, floor_reps=3)
-    run = bench.run_case(FakeTimer([1.0, 1.0], clock, noisy), SPEC, 2, rule, 0.0, clock)
+    rule = engine.StopRule(min_reps=10, floor_reps=3)
+    run = engine.run_case(FakeTimer([1.0, 1.0], clock, noisy), SPEC, 2, rule, 0.0, clock)
     assert run.reason == "budget" and run.rounds == 3
-    run = bench.run_case(FakeTimer([1.0, 1.0], clock, noisy), SPEC, 2, rule, 0.5, clock)
+    run = engine.run_case(FakeTimer([1.0, 1.0], clock, noisy), SPEC, 2, rule, 0.5, clock)
     assert run.reason == "budget" and run.rounds == 25   # 2 calls of 0.01 s per round
 
 
 def test_max_reps_caps_a_noisy_case():
     clock = FakeClock()
     noisy = lambda i, k: 0.5 * (k % 2)
-    run = bench.run_case(FakeTimer([1.0, 1.0], clock, noisy), SPEC, 2, bench.StopRule(max_reps=7), 1e9, clock)
+    run = engine.run_case(FakeTimer([1.0, 1.0], clock, noisy), SPEC, 2, engine.StopRule(max_reps=7), 1e9, clock)
     assert run.reason == "max-reps" and run.rounds == 7
 
 
 def test_a_candidate_failing_the_check_is_reported_not_timed():
     clock = FakeClock()
-    timer = FakeTimer([1.0, 0.9, 0.8], clock, fail_prepare=[1])
-    run = bench.run_case(timer, SPEC, 3, bench.StopRule(), 100.0, clock)
-    assert 1 not in timer.calls and run.failures == {1: "H contains NaN or Inf"}
+    fake = FakeTimer([1.0, 0.9, 0.8], clock, fail_prepare=[1])
+    run = engine.run_case(fake, SPEC, 3, engine.StopRule(), 100.0, clock)
+    assert 1 not in fake.calls and run.failures == {1: "H contains NaN or Inf"}
     assert set(run.samples) == {0, 2}
     assert run.order[:4] == [0, 2, 2, 0]
 
 
 def test_a_candidate_raising_mid_case_is_dropped():
     clock = FakeClock()
-    timer = FakeTimer([1.0, 0.9], clock, raise_at=(1, 4))
-    run = bench.run_case(timer, SPEC, 2, bench.StopRule(), 100.0, clock)
+    fake = FakeTimer([1.0, 0.9], clock, raise_at=(1, 4))
+    run = engine.run_case(fake, SPEC, 2, engine.StopRule(), 100.0, clock)
     assert "illegal memory access" in run.failures[1] and set(run.samples) == {0}
     assert run.reason == "tight"
 
@@ -99,21 +104,21 @@ def test_budget_unused_by_a_tight_case_passes_to_the_next():
     shares = {}
     hook = lambda pos, r, e, share: shares.setdefault(pos, share)
     noisy = lambda i, k: 0.5 * (k % 2)
-    timer = FakeTimer([1.0, 1.0], clock)
-    bench.run_bench(timer, [SPEC, SPEC], 2, bench.StopRule(), 10.0, clock, hook)
+    fake = FakeTimer([1.0, 1.0], clock)
+    engine.run_bench(fake, [SPEC, SPEC], 2, engine.StopRule(), 10.0, clock, hook)
     assert shares[0] == pytest.approx(5.0) and shares[1] == pytest.approx(10.0 - 0.2)  # case 0: 10 rounds x 0.02 s
-    timer = FakeTimer([1.0, 1.0], clock, noisy)
-    runs = bench.run_bench(timer, [SPEC, SPEC, SPEC], 2, bench.StopRule(), 0.3, clock)
+    fake = FakeTimer([1.0, 1.0], clock, noisy)
+    runs = engine.run_bench(fake, [SPEC, SPEC, SPEC], 2, engine.StopRule(), 0.3, clock)
     assert all(r.reason == "budget" for r in runs)
 
 
 def _summary(fail=False):
     clock = FakeClock()
-    timer = FakeTimer([1e-3, 0.9e-3, 1e-3], clock, noise=lambda i, k: 0.001 * ((k * 7 + i) % 5),
+    fake = FakeTimer([1e-3, 0.9e-3, 1e-3], clock, noise=lambda i, k: 0.001 * ((k * 7 + i) % 5),
                       fail_prepare=[2] if fail else [])
     specs = [SPEC, {"batch": 640, "n": 512, "cond": 2, "seed": 1029, "case": "mixed"}]
-    runs = bench.run_bench(timer, specs, 3, bench.StopRule(), 10.0, clock)
-    return bench.summarize(runs, ["champion", "faster", "same"], device="fake")
+    runs = engine.run_bench(fake, specs, 3, engine.StopRule(), 10.0, clock)
+    return report.summarize(runs, ["champion", "faster", "same"], device="fake")
 
 
 def test_summary_numbers_and_verdicts():
@@ -132,7 +137,7 @@ def test_summary_numbers_and_verdicts():
 
 def test_report_rendering():
     console = Console(record=True, width=200)
-    bench.render(_summary(fail=True), console)
+    report.render(_summary(fail=True), console)
     text = console.export_text()
     for needle in ("20x32 dense c1", "640x512 mixed c2", "champion", "faster", "FAIL", "H contains NaN or Inf",
                    "geometric mean", "incomplete", "really faster than champion"):
@@ -141,14 +146,14 @@ def test_report_rendering():
 
 def test_plot_is_a_png(tmp_path):
     out = tmp_path / "ratios.png"
-    bench.plot(_summary(fail=True), out)
+    report.plot(_summary(fail=True), out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_input_count_as_the_harness():
-    assert bench.input_count(20, 32) == 50
-    assert bench.input_count(40, 352) == 13
-    assert bench.input_count(640, 512) == 1
+    assert input_count(20, 32) == 50
+    assert input_count(40, 352) == 13
+    assert input_count(640, 512) == 1
 
 
 def test_cli_refuses_without_a_gpu(monkeypatch):
@@ -174,9 +179,9 @@ def test_cli_bad_cases_selector():
 def test_cli_end_to_end_with_a_fake_timer(monkeypatch, tmp_path):
     """The whole command, the GPU replaced by a fake timer: table, JSON and plot."""
     clock = FakeClock()
-    monkeypatch.setattr(bench, "require_gpu", lambda: None)
-    monkeypatch.setattr(bench, "HarnessTimer", lambda subs: FakeTimer([1e-3, 0.95e-3], clock))
-    monkeypatch.setattr(bench.time, "monotonic", clock)
+    monkeypatch.setattr(timer, "require_gpu", lambda: None)
+    monkeypatch.setattr(timer, "HarnessTimer", lambda subs: FakeTimer([1e-3, 0.95e-3], clock))
+    monkeypatch.setattr(engine.time, "monotonic", clock)
     js, png = tmp_path / "out.json", tmp_path / "out.png"
     result = CliRunner().invoke(bench_cli, [STARTER, STARTER, "--cases", "0,1", "--json", str(js), "--plot", str(png)])
     assert result.exit_code == 0, result.output
@@ -199,31 +204,50 @@ def test_harness_timer_checks_before_timing(tmp_path):
     for name, text in BROKEN.items():
         (tmp_path / name).write_text(text)
         paths.append(tmp_path / name)
-    timer = bench.HarnessTimer(paths, tag="t", allow_cpu=True)
-    failures = timer.prepare(SPEC, [0, 1, 2, 3])
+    harness_timer = timer.HarnessTimer(paths, tag="t", allow_cpu=True)
+    failures = harness_timer.prepare(SPEC, [0, 1, 2, 3])
     assert set(failures) == {1, 2, 3}
     assert "tau shape must be (20, 32)" in failures[1]
     assert "ValueError: boom (raises.py:2)" in failures[2]
     assert "import failed" in failures[3] and "custom_kernel" in failures[3]
-    assert len(timer.inputs[0]) == bench.input_count(20, 32) == 50
-    assert 0 < timer.time(0) < 1
-    assert timer.finish(SPEC, [0]) == {} and timer.inputs == {}
+    assert len(harness_timer.inputs[0]) == input_count(20, 32) == 50
+    assert 0 < harness_timer.time(0) < 1
+    assert harness_timer.finish(SPEC, [0]) == {} and harness_timer.inputs == {}
+
+
+def test_harness_timer_refuses_a_candidate_that_fell_back():
+    """Its outputs pass the check (they are geqrf's), but its timings would not be the variant's."""
+    harness_timer = timer.HarnessTimer([FALLS_BACK], tag="f", allow_cpu=True)
+    failures = harness_timer.prepare(SPEC, [0])
+    assert failures[0].startswith("route 'big' fell back to torch.geqrf: OutOfResources") and "refused" in failures[0]
+    assert harness_timer.inputs == {} and harness_timer.outputs == {}
+    assert harness_timer.prepare(SPEC, [0]) == failures     # on every later case too
+
+
+def test_cli_refuses_a_candidate_that_fell_back(monkeypatch):
+    """The command with the real harness timer on wall-clock time: the fallback is named, exit 1."""
+    monkeypatch.setattr(timer, "require_gpu", lambda: None)
+    monkeypatch.setattr(timer, "HarnessTimer", functools.partial(timer.HarnessTimer, allow_cpu=True))
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(bench_cli, [str(FALLS_BACK), "--cases", "0"])
+    assert result.exit_code == 1, result.output
+    assert "not every candidate was timed on every case" in result.output
+    assert "falls_back on 20x32 dense c1: route 'big' fell back to torch.geqrf" in result.output
 
 
 def test_harness_timer_inputs_follow_the_harness_seeds():
     import importlib
 
-    timer = bench.HarnessTimer([STARTER], tag="s", allow_cpu=True)
-    timer.prepare(SPEC, [0])
+    harness_timer = timer.HarnessTimer([STARTER], tag="s", allow_cpu=True)
+    harness_timer.prepare(SPEC, [0])
     reference = importlib.import_module("reference")
     expected = reference.generate_input(20, 32, 1, SPEC["seed"] + 2 * 42)
-    assert torch.equal(timer.inputs[0][1], expected)
+    assert torch.equal(harness_timer.inputs[0][1], expected)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_harness_timer_on_the_gpu():
-    timer = bench.HarnessTimer([STARTER, STARTER])
-    assert timer.prepare(SPEC, [0, 1]) == {}
-    assert 0 < timer.time(0) < 1 and 0 < timer.time(1) < 1
-    assert timer.finish(SPEC, [0, 1]) == {}
+    harness_timer = timer.HarnessTimer([STARTER, STARTER])
+    assert harness_timer.prepare(SPEC, [0, 1]) == {}
+    assert 0 < harness_timer.time(0) < 1 and 0 < harness_timer.time(1) < 1
+    assert harness_timer.finish(SPEC, [0, 1]) == {}

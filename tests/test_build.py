@@ -1,20 +1,19 @@
-"""The templater: one file from a variant and kernels/, byte-identical, atomic, refusing what the service refuses."""
+"""The one build: one file from a variant and kernels/, byte-identical, atomic, refusing what the service refuses."""
 import ast
 import os
 import subprocess
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from qrsub.build import BuildError, BuildWarning, build_variant, write_build
+from qrsub.build import BuildError, build_submission, default_kernels_dir, inline_order, read_sources, render_submission
+from qrsub.cli import main
 from qrsub.lint import lint_text
-from qrsub.submit.cli import main
 from qrsub.kernels import plan
-from qrsub.variant import VariantError, load_variant
+from qrsub.variant import load_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAMPION = ROOT / "variants" / "champion.yaml"
@@ -70,8 +69,8 @@ def variant(tmp_path: Path, text: str = VARIANT, name: str = "test.yaml") -> Pat
     return path
 
 
-def build(tmp_path: Path, order=("plan", "helpers", "routing"), **modules) -> str:
-    return build_variant(variant(tmp_path), kernels_dir=kernels(tmp_path, **modules), module_order=order)
+def build(tmp_path: Path, **modules) -> str:
+    return render_submission(load_variant(variant(tmp_path)), kernels_dir=kernels(tmp_path, **modules))
 
 
 # ---------------------------------------------------------------------------
@@ -86,7 +85,7 @@ def test_directives_first_then_provenance(tmp_path):
     assert "# variant: test (a test variant)" in header
     assert "# extends: (none)" in header
     assert "# sources sha256: " in header
-    assert "# kernel modules: plan, helpers, routing" in header
+    assert "# kernel modules: helpers, plan, routing" in header  # import order, ties alphabetical
     assert "small" in header and "geqrf" in header
 
 
@@ -154,9 +153,7 @@ def test_hash_follows_the_sources(tmp_path):
 
 
 def test_champion_builds_identically_twice():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", BuildWarning)
-        first, second = build_variant(CHAMPION), build_variant(CHAMPION)
+    first, second = build_submission(CHAMPION).text, build_submission(CHAMPION).text
     assert first == second
     assert [p for p in lint_text(first, "submission.py") if p.hard] == []
 
@@ -174,8 +171,7 @@ def test_refused_word_in_the_template(tmp_path):
     template = tmp_path / "t.j2"
     template.write_text("#!POPCORN leaderboard {{ leaderboard }}\n# upstream\n")
     with pytest.raises(BuildError, match=r"templates/t.j2:2: contains 'stream'"):
-        build_variant(variant(tmp_path), kernels_dir=kernels(tmp_path), module_order=("helpers", "routing"),
-                      template=template)
+        render_submission(load_variant(variant(tmp_path)), kernels_dir=kernels(tmp_path), template=template)
 
 
 def test_duplicate_top_level_names_are_refused(tmp_path):
@@ -196,8 +192,9 @@ def test_template_names_are_reserved(tmp_path):
 
 
 @pytest.mark.parametrize("routing,match", [
-    ("from .later import x\n", "comes later in MODULE_ORDER"),
-    ("from .naive import x\n", "never inlined"),
+    ("from .naive import x\n", r"kernels/routing.py:1: imports from 'naive', which holds the torch references"),
+    ("def qr_routed(A, r, s):\n    from .wy import x\n", r"kernels/routing.py:2: imports from 'wy', but "
+                                                          r"kernels/wy.py does not exist"),
     ("from .helpers import pad as p\n", "no `as`"),
     ("from . import helpers\n", "no `as`, no module"),
     ("from .helpers import nothing\ndef qr_routed(A, r, s):\n    return A\n", "does not define it"),
@@ -205,7 +202,7 @@ def test_template_names_are_reserved(tmp_path):
 ])
 def test_package_imports_the_single_file_cannot_keep(tmp_path, routing, match):
     with pytest.raises(BuildError, match=match):
-        build(tmp_path, order=("helpers", "routing", "later"), routing=routing, later="x = 1\n")
+        build(tmp_path, routing=routing)
 
 
 def test_routing_must_define_the_entry_point(tmp_path):
@@ -213,26 +210,83 @@ def test_routing_must_define_the_entry_point(tmp_path):
         build(tmp_path, routing="import torch\n")
 
 
-def test_missing_modules_warn_and_are_named_in_the_file(tmp_path):
-    with pytest.warns(BuildWarning, match="kernels/wy.py .* does not exist yet"):
-        text = build(tmp_path, order=("helpers", "wy", "routing"))
-    assert "# MISSING kernel module (not inlined): kernels/wy.py" in text
+def test_a_missing_routing_module_is_an_error(tmp_path):
+    folder = kernels(tmp_path)
+    (folder / "routing.py").unlink()
+    with pytest.raises(BuildError, match=r"kernels/routing.py does not exist: the submission's custom_kernel calls"):
+        render_submission(load_variant(variant(tmp_path)), kernels_dir=folder)
 
 
-def test_invalid_variant_raises_before_anything(tmp_path):
+def test_the_inlining_order_follows_the_import_time_imports(tmp_path):
+    """Each module after those it imports from at import time; an import inside a function orders nothing."""
+    folder = kernels(tmp_path, zeta="Z = 1\n", alpha="def late():\n    from .routing import qr_routed\n",
+                     helpers=HELPERS + "\nfrom .zeta import Z\n")
+    assert inline_order(read_sources(folder)) == ["alpha", "plan", "zeta", "helpers", "routing"]
+    text = render_submission(load_variant(variant(tmp_path)), kernels_dir=folder)
+    assert "# kernel modules: alpha, plan, zeta, helpers, routing" in text
+    assert text.index("# kernels/zeta.py") < text.index("# kernels/helpers.py") < text.index("# kernels/routing.py")
+
+
+def test_the_real_kernels_come_after_what_they_import():
+    order = inline_order(read_sources(default_kernels_dir()))
+    sources = read_sources(default_kernels_dir())
+    assert order[-1] == "routing" and "naive" not in order
+    assert all(order.index(dep) < order.index(name) for name in order for dep in sources[name].needs())
+
+
+def test_an_import_cycle_names_both_files(tmp_path):
+    with pytest.raises(BuildError, match=r"kernels/helpers.py:\d+ imports from 'routing'; "
+                                         r"kernels/routing.py:5 imports from 'helpers': a cycle"):
+        build(tmp_path, helpers=HELPERS + "\nfrom .routing import qr_routed\n")
+
+
+def test_a_future_import_in_one_module_only_is_refused(tmp_path):
+    with pytest.raises(BuildError, match=r"kernels/helpers.py: `from __future__ import annotations` would apply"):
+        build(tmp_path, helpers="from __future__ import annotations\n" + HELPERS)
+
+
+def test_an_invalid_variant_is_one_build_error_naming_its_line(tmp_path):
     bad = variant(tmp_path, VARIANT.replace("width: 16", "width: 12"), "bad.yaml")
-    with pytest.raises(VariantError, match=r"bad.yaml:5:46: routes\[small\].panel.width"):
-        build_variant(bad, kernels_dir=kernels(tmp_path), module_order=("helpers", "routing"))
+    with pytest.raises(BuildError, match=r"bad.yaml:5:46: routes\[small\].panel.width"):
+        build_submission(bad, kernels_dir=kernels(tmp_path))
+
+
+# ---------------------------------------------------------------------------
+# Submission files and names
+
+
+def test_a_submission_file_is_taken_byte_for_byte(tmp_path):
+    path = tmp_path / "mine.py"
+    data = b"#!POPCORN leaderboard qr_v2\r\n# variant: champion (copied)\r\nx = '\xe9'\n"
+    path.write_bytes(data)
+    built = build_submission(path, tmp_path / "elsewhere.py")
+    assert (built.path, built.content, built.variant) == (path, data, None)
+    assert built.variant_name == "champion"
+    assert not (tmp_path / "elsewhere.py").exists()     # a submission file is never copied
+
+
+def test_a_bare_name_is_a_shipped_variant():
+    built = build_submission("geqrf")
+    assert built.variant.name == built.variant_name == "geqrf" and built.path is None
+    assert built.text.startswith("#!POPCORN leaderboard qr_v2\n")
+
+
+@pytest.mark.parametrize("name,match", [("no-such-file.py", "no-such-file.py does not exist"),
+                                        ("no-such-variant", "no-such-variant: no such variant")])
+def test_what_does_not_exist_is_named(name, match):
+    with pytest.raises(BuildError, match=match):
+        build_submission(name)
 
 
 # ---------------------------------------------------------------------------
 # Atomic writes
 
 
-def test_write_build_writes_atomically(tmp_path):
+def test_a_build_is_written_atomically(tmp_path):
     out = tmp_path / "out" / "submission.py"
-    path = write_build(variant(tmp_path), out, kernels_dir=kernels(tmp_path), module_order=("helpers", "routing"))
-    assert path == out and out.read_text().startswith("#!POPCORN leaderboard qr_v2\n")
+    built = build_submission(variant(tmp_path), out, kernels_dir=kernels(tmp_path))
+    assert built.path == out and out.read_text() == built.text
+    assert built.text.startswith("#!POPCORN leaderboard qr_v2\n")
     assert sorted(p.name for p in out.parent.iterdir()) == ["submission.py"]
 
 
@@ -240,11 +294,10 @@ def test_a_failed_build_leaves_the_old_file_and_no_temp(tmp_path):
     out = tmp_path / "submission.py"
     out.write_text("old")
     bad = variant(tmp_path, VARIANT.replace("width: 16", "width: 12"), "bad.yaml")
-    with pytest.raises(VariantError):
-        write_build(bad, out, kernels_dir=kernels(tmp_path), module_order=("helpers", "routing"))
     with pytest.raises(BuildError):
-        write_build(variant(tmp_path), out, kernels_dir=kernels(tmp_path, helpers="# stream\n"),
-                    module_order=("helpers", "routing"))
+        build_submission(bad, out, kernels_dir=kernels(tmp_path))
+    with pytest.raises(BuildError):
+        build_submission(variant(tmp_path), out, kernels_dir=kernels(tmp_path, helpers="# stream\n"))
     assert out.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
@@ -258,7 +311,7 @@ def test_a_failed_write_removes_its_temp_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError):
-        write_build(variant(tmp_path), out, kernels_dir=kernels(tmp_path), module_order=("helpers", "routing"))
+        build_submission(variant(tmp_path), out, kernels_dir=kernels(tmp_path))
     assert out.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
@@ -270,9 +323,7 @@ def test_a_failed_write_removes_its_temp_file(tmp_path, monkeypatch):
 def test_cli_build_and_lint(tmp_path):
     runner = CliRunner()
     out = tmp_path / "sub.py"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", BuildWarning)
-        result = runner.invoke(main, ["build", str(CHAMPION), "-o", str(out)])
+    result = runner.invoke(main, ["build", str(CHAMPION), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "wrote" in result.output and out.is_file()
     result = runner.invoke(main, ["lint", str(out)])
@@ -315,9 +366,7 @@ for batch, n, cond, seed in {shapes!r}:
 
 
 def run_built(tmp_path: Path, variant_path: Path, shapes, timeout: int) -> subprocess.CompletedProcess:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", BuildWarning)
-        write_build(variant_path, tmp_path / "submission.py")
+    build_submission(variant_path, tmp_path / "submission.py")
     for name in ("task.py", "reference.py", "utils.py"):
         (tmp_path / name).write_text((ROOT / "task" / name).read_text())
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
@@ -326,23 +375,16 @@ def run_built(tmp_path: Path, variant_path: Path, shapes, timeout: int) -> subpr
                           capture_output=True, text=True, timeout=timeout)
 
 
-needs_kernels = pytest.mark.skipif(
-    not (ROOT / "kernels" / "routing.py").is_file() or not (ROOT / "task" / "reference.py").is_file(),
-    reason="needs kernels/routing.py and task/reference.py")
-
-
-@needs_kernels
 def test_built_champion_factors_small_cases_on_cpu(tmp_path):
     # Routes tiny (n=32) and small (n=130), through the interpreter: small batches keep it under a minute.
     done = run_built(tmp_path, CHAMPION, [(2, 32, 1, 53124), (1, 130, 1, 42)], timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "using torch.geqrf" not in done.stderr, done.stderr  # the kernels ran, no fallback
+    assert "torch.geqrf" not in done.stderr, done.stderr  # the kernels ran: no route fell back
 
 
-@needs_kernels
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("QRSUB_SLOW"), reason="minutes on the interpreter: QRSUB_SLOW=1 runs it")
 def test_built_champion_passes_the_harness_small_cases_on_cpu(tmp_path):
     done = run_built(tmp_path, CHAMPION, [(20, 32, 1, 53124), (40, 176, 1, 3321)], timeout=1800)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "using torch.geqrf" not in done.stderr, done.stderr
+    assert "torch.geqrf" not in done.stderr, done.stderr

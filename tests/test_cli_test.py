@@ -1,15 +1,13 @@
 """`qrsub test --local` end to end: the starter passes, broken submissions get one clear line."""
 import json
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from qrsub.localrun import HARNESS_FILES, LocalRunError, default_harness, select_cases
-from qrsub.submit.cli import main
+from qrsub.cli import main
+from qrsub.harness import HARNESS_FILES, HarnessError, default_harness, select_cases
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harness"
 STARTER = default_harness() / "submission.py"
@@ -117,15 +115,46 @@ def test_compile_pass_failure_is_reported_and_evaluation_goes_on(harness):
     assert "qr_v2 test (1 cases)" in out
 
 
-def test_variant_yaml_is_built_first(harness, tmp_path, monkeypatch):
-    variant = tmp_path / "v.yaml"
-    variant.write_text("name: v\n")
-    fake = types.ModuleType("qrsub.build")
-    fake.build_variant = lambda path: STARTER.read_text()
-    monkeypatch.setitem(sys.modules, "qrsub.build", fake)
-    code, out = qrsub_test("--local", variant, "--harness", harness, "--cases", "0")
+def test_variant_is_built_first_and_its_build_removed(harness):
+    code, out = qrsub_test("--local", "geqrf", "--harness", harness, "--cases", "0")  # a bare variant name
     assert code == 0, out
-    assert "qrsub-build-" in out  # the built temporary file is what ran
+    built = Path(out.split("test ")[1].split()[0])
+    assert "qrsub-build-" in str(built) and built.name == "submission.py"  # the build is what ran
+    assert not built.parent.exists()
+
+
+def test_a_variant_that_does_not_build_names_its_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"extends: {default_harness().parent / 'variants' / 'geqrf.yaml'}\n"
+                   "routes:\n  - {name: rest, driver: cusolver}\n")
+    code, out = qrsub_test("--local", bad)
+    assert code == 1
+    assert "bad.yaml:3:" in out and "driver" in out
+
+
+# ------------------------------------------------------------ fallbacks
+
+FALLS_BACK = FIXTURES / "falls_back.py"
+FALLBACK_LINE = ("fallback: route 'big' fell back to torch.geqrf: OutOfResources: out of resource: "
+                 "shared memory, Required: 262144, Hardware limit: 232448")
+
+
+def test_a_route_that_fell_back_fails_the_variant(harness, tmp_path):
+    out_json = tmp_path / "out.json"
+    code, out = qrsub_test("--local", FALLS_BACK, "--harness", harness, "--json", out_json)
+    assert code == 1
+    assert "verdict: pass" in out  # the harness passes geqrf's answer; the variant was not tested
+    assert FALLBACK_LINE in out
+    assert "FAIL (test; 1 route(s) fell back to torch.geqrf)" in out
+    data = json.loads(out_json.read_text())
+    assert (data["passed"], data["harness_passed"]) == (False, True)
+    assert data["fallbacks"] == [{"route": "big", "reason": FALLBACK_LINE.split("torch.geqrf: ", 1)[1]}]
+
+
+def test_allow_fallback_passes_but_still_reports_it(harness):
+    code, out = qrsub_test("--local", FALLS_BACK, "--harness", harness, "--allow-fallback")
+    assert code == 0, out
+    assert FALLBACK_LINE in out and "PASS (test)" in out
 
 
 # ------------------------------------------------------- fast error paths
@@ -143,15 +172,6 @@ def test_missing_default_submission_says_how_to_build(tmp_path, monkeypatch):
     assert "build/submission.py does not exist" in out and "qrsub build" in out
 
 
-def test_variant_without_build_module_is_a_clear_error(tmp_path, monkeypatch):
-    variant = tmp_path / "v.yaml"
-    variant.write_text("name: v\n")
-    monkeypatch.setitem(sys.modules, "qrsub.build", None)  # import fails
-    code, out = qrsub_test("--local", variant)
-    assert code == 1
-    assert f"cannot build {variant}" in out and "qrsub.build" in out
-
-
 def test_bad_seed_and_bad_selector(harness):
     code, out = qrsub_test("--local", STARTER, "--seed", "abc")
     assert code == 2 and "--seed" in out
@@ -162,7 +182,8 @@ def test_bad_seed_and_bad_selector(harness):
 def test_help_teaches_with_examples():
     code, out = qrsub_test("--help")
     assert code == 0
-    for text in ("--local", "--cases 0,3-5", "n=512,case=mixed", "--seed", "--harness", "--max-n"):
+    for text in ("--local", "--cases 0,3-5", "n=512,case=mixed", "--seed", "--harness", "--max-n",
+                 "--allow-fallback"):
         assert text in out
 
 
@@ -191,5 +212,5 @@ def test_select_cases(selector, expected):
 
 @pytest.mark.parametrize("selector", ["9", "2-1", "x", "1-y"])
 def test_select_cases_rejects_bad_tokens(selector):
-    with pytest.raises(LocalRunError, match="--cases"):
+    with pytest.raises(HarnessError, match="--cases"):
         select_cases(SPECS, selector)

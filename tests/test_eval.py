@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qrsub.localrun import HARNESS_FILES, default_harness
+from qrsub.harness import HARNESS_FILES, default_harness
 from qrsub.report import cases_from_report, geomean_us, parse_report
 from qrsub.task.reference import generate_input
 

@@ -73,3 +73,14 @@ def test_other_errors_are_never_hidden(monkeypatch, error):
     with pytest.raises(type(error)):
         routing.qr_routed(special_matrices(20, batch=2), [route("buggy")], SETTINGS)
     assert routing.FALLBACKS == []
+
+
+def test_the_fallback_line_is_the_one_the_tools_read(monkeypatch, capsys):
+    """The submission's stderr line and FALLBACKS list are what qrsub.fallbacks parses."""
+    from qrsub import fallbacks
+
+    failing_driver(monkeypatch, CompilationError(None, None, None))
+    routing.qr_routed(special_matrices(20, batch=2), [route("seen-by-tools")], SETTINGS)
+    [seen] = fallbacks.in_output(capsys.readouterr().err)
+    assert seen.route == "seen-by-tools" and seen.reason.startswith("CompilationError")
+    assert fallbacks.in_module(routing) == [seen]

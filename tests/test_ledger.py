@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from fake_service import CLI_ID, FakeService, cli_env, write_submission
 
-from qrsub.submit.cli import main
+from qrsub.cli import main
 from qrsub.submit.ledger import SCHEMA_VERSION, Ledger, LedgerError, resolve_path
 
 
@@ -86,7 +86,7 @@ def start_submit(service: FakeService, tmp_path) -> tuple[subprocess.Popen, dict
     env = {**os.environ, **cli_env(service, tmp_path)}
     path = write_submission(tmp_path)
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from qrsub.submit.cli import main; main()", "submit", str(path)],
+        [sys.executable, "-c", "from qrsub.cli import main; main()", "submit", str(path)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, env
 

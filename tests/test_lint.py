@@ -1,8 +1,9 @@
 """`qrsub lint`: each rule on a crafted bad file."""
 from click.testing import CliRunner
 
-from qrsub.lint import MAX_BYTES, lint_bytes, lint_text
-from qrsub.submit.cli import main
+from qrsub.lint import lint_bytes, lint_text
+from qrsub.rules import MAX_BYTES, header_directives
+from qrsub.cli import main
 
 GOOD = """\
 #!POPCORN leaderboard qr_v2
@@ -131,3 +132,9 @@ def test_cli_clean_file_exits_zero(tmp_path):
     path = tmp_path / "sub.py"
     path.write_text(GOOD)
     assert CliRunner().invoke(main, ["lint", str(path)]).exit_code == 0
+
+
+def test_the_service_reads_the_first_directive_of_each_kind_in_the_header_only():
+    text = ("#!POPCORN leaderboard qr_v2\n#!POPCORN gpus B200 H100\n#!POPCORN gpu A100\n#!POPCORN leaderboard\n"
+            "import torch\n#!POPCORN leaderboard other\n")
+    assert header_directives(text) == {"leaderboard": ["qr_v2"], "gpu": ["B200", "H100"]}

@@ -2,7 +2,9 @@
 import pytest
 import torch
 
+from qrsub.harness import Gates, checker_gates
 from qrsub.report import parse_pass_message
+from qrsub.task import reference
 from qrsub.task.reference import check_implementation, generate_input
 
 PASS_KEYS = ["factor_rtol", "orth_rtol", "scaled_factor_residual", "scaled_reconstruction_residual",
@@ -33,13 +35,19 @@ def test_pass_message_keys_and_values(data):
     keys = [part.split("=")[0].strip() for part in message.split(";")]
     assert keys == PASS_KEYS
     values = parse_pass_message(message)
-    eps = torch.finfo(torch.float32).eps
+    eps, gates = torch.finfo(torch.float32).eps, checker_gates()
     # Three significant digits, as the service prints them.
-    assert values["factor_rtol"] == pytest.approx(20 * 16 * eps, rel=5e-3)
-    assert values["orth_rtol"] == pytest.approx(100 * 16 * eps, rel=5e-3)
+    assert values["factor_rtol"] == pytest.approx(gates.factor * 16 * eps, rel=5e-3)
+    assert values["orth_rtol"] == pytest.approx(gates.orth * 16 * eps, rel=5e-3)
     assert values["batch"] == 3 and values["n"] == 16
-    assert 0 <= values["scaled_factor_residual"] < 20
-    assert 0 <= values["scaled_orthogonality_residual"] < 100
+    assert 0 <= values["scaled_factor_residual"] < gates.factor
+    assert 0 <= values["scaled_orthogonality_residual"] < gates.orth
+
+
+def test_the_tools_read_the_gates_the_checker_uses():
+    """qrsub.harness reads them from reference.py's source (no torch at a command's start): the same numbers,
+    and the service's (docs/harness.md)."""
+    assert checker_gates() == Gates(reference.FACTOR_GATE, reference.ORTH_GATE) == Gates(20.0, 100.0)
 
 
 def test_perturbed_r_fails_naming_the_worst_matrix(data):
@@ -220,3 +228,12 @@ def test_shape_is_checked_before_dtype(data):
     h, tau = _geqrf(data)
     assert check_implementation(data, (h[:, :, :8].double(), tau)) == (
         False, "H shape must be (3, 16, 16), got (3, 16, 8)")
+
+
+def test_gates_that_are_not_plain_numbers_are_named(tmp_path):
+    from qrsub.harness import HarnessError, read_gates
+
+    path = tmp_path / "reference.py"
+    path.write_text("FACTOR_GATE = 20.0\nORTH_GATE = 5 * FACTOR_GATE\n")
+    with pytest.raises(HarnessError, match=r"reference.py: no top-level number assigned to ORTH_GATE"):
+        read_gates(path)

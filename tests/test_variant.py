@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from qrsub.kernels import plan
-from qrsub.submit.variants_cmd import diff_variants
+from qrsub.cli.variants import diff_variants
 from qrsub.variant import ROUTE_KNOBS, VariantError, load_variant
 
 VARIANTS = Path(__file__).resolve().parent.parent / "variants"

@@ -1,4 +1,5 @@
-"""The `qrsub` command line: a click group whose commands live one per module.
+"""The `qrsub` command line: a click group whose commands live one per module (here,
+and in qrsub.submit for `submit` and `submissions`).
 
 Commands are imported only when invoked, so `qrsub --help` stays fast (torch is
 not imported to print help).
@@ -10,17 +11,29 @@ import importlib
 import click
 
 # name -> "module:attribute"; each command module owns one command (or group).
+# The commands that talk to the service live with its client in qrsub.submit.
 COMMANDS: dict[str, str] = {
+    "build": "qrsub.cli.build:build",
+    "lint": "qrsub.cli.lint:lint",
+    "test": "qrsub.cli.test:test",
+    "bench": "qrsub.cli.bench:bench",
+    "sweep": "qrsub.cli.sweep:sweep",
+    "variants": "qrsub.cli.variants:variants",
+    "diff": "qrsub.cli.variants:diff",
     "submit": "qrsub.submit.submit_cmd:submit",
     "submissions": "qrsub.submit.submissions_cmd:submissions",
-    "test": "qrsub.submit.test_cmd:test",
-    "bench": "qrsub.submit.bench_cmd:bench",
-    "sweep": "qrsub.submit.sweep_cmd:sweep",
-    "build": "qrsub.submit.build_cmd:build",
-    "lint": "qrsub.submit.lint_cmd:lint",
-    "variants": "qrsub.submit.variants_cmd:variants",
-    "diff": "qrsub.submit.variants_cmd:diff",
 }
+
+
+def build_or_fail(source, out=None, *, on_error: str = ""):
+    """qrsub.build.build_submission for a command: its BuildError becomes the command's error
+    message (file, line and fix), followed by ON_ERROR."""
+    from qrsub.build import BuildError, build_submission
+
+    try:
+        return build_submission(source, out)
+    except BuildError as exc:
+        raise click.ClickException(f"{exc}\n{on_error}".rstrip()) from None
 
 
 class LazyGroup(click.Group):

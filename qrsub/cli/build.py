@@ -2,27 +2,13 @@
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import click
 
+from qrsub.cli import build_or_fail
+
 DEFAULT_OUT = "build/submission.py"
-
-
-def build_or_fail(variant: str) -> tuple[str, list[str], object]:
-    """(text, warnings, Variant) of a variant given by path or name; ClickException on any error."""
-    from qrsub.build import BuildError, build_variant
-    from qrsub.variant import VariantError, find_variant, load_variant
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            loaded = load_variant(find_variant(variant))
-            text = build_variant(loaded)
-        except (VariantError, BuildError) as exc:
-            raise click.ClickException(f"{exc}\nnothing written") from None
-    return text, [str(w.message) for w in caught], loaded
 
 
 @click.command("build")
@@ -45,18 +31,19 @@ def build(variant: str, out: str) -> None:
       qrsub build b200 -o - | less
       qrsub build champion && qrsub test --local  # then the local harness
     """
-    from qrsub.files import write_atomic
+    from qrsub.build import is_variant
     from qrsub.lint import lint_text
 
-    text, notes, loaded = build_or_fail(variant)
-    for note in notes:
-        click.echo(f"warning: {note}", err=True)
-    for p in lint_text(text, "submission.py"):  # hard ones already failed the build
+    if not is_variant(Path(variant)):
+        raise click.ClickException(f"{variant} is not a variant (a .yaml, or a bare name like champion): "
+                                   "a submission file needs no build; `qrsub lint` or `qrsub test --local` it")
+    built = build_or_fail(variant, None if out == "-" else out, on_error="nothing written")
+    for p in lint_text(built.text, "submission.py"):  # hard ones already failed the build
         click.echo(f"warning: submission.py:{p.line}: {p.rule}: {p.message}", err=True)
     if out == "-":
-        sys.stdout.write(text)
+        sys.stdout.write(built.text)
         return
-    path = write_atomic(Path(out), text)
-    chain = " <- ".join([loaded.name, *(p.stem for p in loaded.parents)])
-    click.echo(f"wrote {path} ({chain}; {len(loaded.routes)} routes; {len(text.encode()):,} bytes; "
-               f"{loaded.leaderboard} on {loaded.gpu})")
+    v = built.variant
+    chain = " <- ".join([v.name, *(p.stem for p in v.parents)])
+    click.echo(f"wrote {built.path} ({chain}; {len(v.routes)} routes; {len(built.content):,} bytes; "
+               f"{v.leaderboard} on {v.gpu})")

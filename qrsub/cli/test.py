@@ -23,45 +23,30 @@ def _parse_seed(value: str | None) -> int | None:
         raise click.BadParameter(f"{value!r}: give an integer or `random`", param_hint="--seed")
 
 
-def _build_variant(path: Path) -> Path:
-    """Render a variant .yaml to a temporary submission file."""
-    try:
-        from qrsub.build import build_variant
-    except ImportError as exc:
-        raise click.ClickException(
-            f"cannot build {path}: qrsub.build is not available ({exc}); "
-            "build the submission yourself and pass the .py file") from exc
-    try:
-        built = build_variant(str(path))
-    except Exception as exc:  # VariantError / BuildError carry file, line and fix
-        raise click.ClickException(f"cannot build {path}: {exc}") from exc
-    out = Path(tempfile.mkdtemp(prefix="qrsub-build-")) / "submission.py"
-    # Nothing half-built stays behind: the folder goes when the command ends.
-    click.get_current_context().call_on_close(lambda: shutil.rmtree(out.parent, ignore_errors=True))
-    out.write_text(built)
-    return out
+def _submission_file(source: str) -> Path:
+    """The file to run: a submission file as it is, a variant built into a temporary folder
+    that goes when the command ends (nothing half-built stays behind)."""
+    from qrsub.build import is_variant
+    from qrsub.cli import build_or_fail
+
+    out = None
+    if is_variant(Path(source)):
+        out = Path(tempfile.mkdtemp(prefix="qrsub-build-")) / "submission.py"
+        click.get_current_context().call_on_close(lambda: shutil.rmtree(out.parent, ignore_errors=True))
+    return build_or_fail(source, out).path
 
 
-def _resolve_submission(submission: str) -> Path:
-    path = Path(submission)
-    if not path.exists():
-        hint = (" (build one with `qrsub build variants/champion.yaml`, or test the starter: "
-                "`qrsub test --local task/submission.py`)") if submission == DEFAULT_SUBMISSION else ""
-        raise click.ClickException(f"submission {path} does not exist{hint}")
-    if path.suffix in (".yaml", ".yml"):
-        return _build_variant(path)
-    return path
-
-
-def _json_payload(run, submission: Path) -> dict:
+def _json_payload(run, submission: Path, passed: bool) -> dict:
     from qrsub.report import report_to_json
     return {
         "submission": str(submission),
         "mode": run.mode,
-        "passed": run.passed,
+        "passed": passed,
+        "harness_passed": run.passed,
         "cpu": run.cpu,
         "seed": run.seed,
         "compile": {"ok": run.compile.ok, "message": run.compile.message},
+        "fallbacks": [{"route": f.route, "reason": f.reason} for f in run.fallbacks],
         "skipped": [{"stage": m, "index": i, "spec": s} for m, i, s in run.skipped],
         "stages": [report_to_json(st.cases, st.mode, exit_code=st.exit_code,
                                   timed_out=st.timed_out, cpu_timings=run.cpu)
@@ -91,14 +76,21 @@ def _describe_skipped(skipped) -> str:
 @click.option("--keep", is_flag=True, help="Keep the run directory and print its path.")
 @click.option("--max-repeats", type=click.IntRange(min=1), metavar="N",
               help="Cap benchmark repetitions (local only; quick CPU smoke runs).")
+@click.option("--allow-fallback", is_flag=True,
+              help="Pass even when a route fell back to torch.geqrf (it is still reported).")
 def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, json_path, keep,
-         max_repeats):
+         max_repeats, allow_fallback):
     """Run SUBMISSION (default build/submission.py) through the qr_v2 harness.
 
     The harness files are laid beside the submission in a fresh directory and
     `eval.py` runs exactly as on the service (POPCORN_FD report, POPCORN_SEED,
     task.yml's timeouts). A variant .yaml is built first. Without a GPU the
     cases with n <= 512 run on the CPU (Triton through its interpreter).
+
+    A route whose kernels failed at their first launch and fell back to
+    torch.geqrf passes the harness (geqrf is correct) but did not test the
+    variant: it is reported with its reason and fails the run, unless
+    --allow-fallback.
 
     \b
     Examples:
@@ -112,19 +104,22 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
       qrsub test --local --mode benchmark --max-repeats 5    # quick CPU smoke run
       qrsub test --local --harness ~/reference-kernels/problems/qr_v2
 
-    Exit status 0 only when every case that ran passed.
+    Exit status 0 only when every case that ran passed and no route fell back
+    (or --allow-fallback).
     """
     from qrsub.console import make_console
     from rich.markup import escape
 
-    from qrsub.localrun import CPU_MAX_N, LocalRunError, has_gpu, run_local
+    from qrsub.files import write_atomic
+    from qrsub.harness import HarnessError
+    from qrsub.localrun import CPU_MAX_N, has_gpu, run_local
     from qrsub.report import render_cases
 
     if not local:
         raise click.UsageError("remote testing is `qrsub submit --mode test`; "
                                "pass --local to run the harness here")
     seed = _parse_seed(seed_text)
-    path = _resolve_submission(submission)
+    path = _submission_file(submission)
     console = make_console()
     cpu = not has_gpu()
     console.print(f"[bold]{mode}[/bold] {path}" + (f"  POPCORN_SEED={seed}" if seed is not None else ""))
@@ -156,13 +151,18 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
         run = run_local(path, mode, cases=selector, seed=seed, harness=harness, timeout=timeout,
                         max_n=max_n, keep=keep, on_stage=show_stage, on_compile=show_compile,
                         on_stage_start=show_start, cpu=cpu, max_repeats=max_repeats)
-    except LocalRunError as exc:
+    except HarnessError as exc:
         raise click.ClickException(str(exc)) from exc
 
     if keep:
         console.print(f"run directory: {run.run_dir}")
+    passed = run.passed and (allow_fallback or not run.fallbacks)
     if json_path:
-        Path(json_path).write_text(json.dumps(_json_payload(run, path), indent=2))
-    color = "green" if run.passed else "red"
-    console.print(f"[bold {color}]{'PASS' if run.passed else 'FAIL'}[/bold {color}] ({mode})")
-    raise SystemExit(0 if run.passed else 1)
+        write_atomic(Path(json_path), json.dumps(_json_payload(run, path, passed), indent=2))
+    for fallback in run.fallbacks:
+        color = "yellow" if allow_fallback else "red"
+        console.print(f"[{color}]fallback:[/{color}] {escape(str(fallback))}")
+    why = "" if passed or not run.passed else f"; {len(run.fallbacks)} route(s) fell back to torch.geqrf"
+    color = "green" if passed else "red"
+    console.print(f"[bold {color}]{'PASS' if passed else 'FAIL'}[/bold {color}] ({mode}{why})")
+    raise SystemExit(0 if passed else 1)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from qrsub import bench as engine
+from qrsub.bench import engine, report
+from qrsub.files import write_atomic
 
 
 @click.command("bench")
@@ -46,66 +47,69 @@ def bench(candidates, selector, budget, target, min_reps, max_reps, json_path, p
       qrsub bench variants/champion.yaml variants/bn32.yaml --json out.json --plot out.png
       qrsub bench A.yaml B.yaml --dry-run          # the plan, no GPU needed
     """
+    from qrsub.harness import HarnessError, cases_for, load_task, select_cases
+
     stop = engine.StopRule(target=target, min_reps=min_reps, max_reps=max_reps)
-    all_cases = engine.load_cases("benchmarks")
+    all_cases = cases_for(load_task(), "benchmark")
     try:
-        indices = engine.select_cases(all_cases, selector)
-    except ValueError as exc:
+        indices = select_cases(all_cases, selector)
+    except HarnessError as exc:
         raise click.BadParameter(str(exc), param_hint="--cases") from None
+    if not indices:
+        raise click.BadParameter(f"{selector!r} selects no case (there are {len(all_cases)}, "
+                                 f"indices 0-{len(all_cases) - 1})", param_hint="--cases")
     specs = [all_cases[i] for i in indices]
+    labels = candidate_labels(candidates)
 
     if dry_run:
-        cands = _resolve(candidates, None, build=False)
-        for line in engine.describe_plan(cands, specs, indices, budget, stop):
+        for line in report.describe_plan(labels, candidates, specs, indices, budget, stop):
             click.echo(line)
-        bad = _invalid_variants(cands)
-        for line in bad:
-            click.echo(line, err=True)
-        if bad:
-            raise SystemExit(1)
+        _build(candidates, labels, None)   # every candidate resolves and builds; nothing is written
         return
-    try:
-        engine.require_gpu()
-    except engine.NoGPUError as exc:
-        raise click.ClickException(str(exc)) from None
+    from qrsub.bench.timer import HarnessTimer, NoGPUError, device_name, require_gpu
 
+    try:
+        require_gpu()
+    except NoGPUError as exc:
+        raise click.ClickException(str(exc)) from None
     with tempfile.TemporaryDirectory(prefix="qrsub-bench-") as tmp:
-        cands = _resolve(candidates, Path(tmp), build=True)
-        timer = engine.HarnessTimer([c.submission for c in cands])
-        runs = _run_with_progress(timer, specs, len(cands), stop, budget)
-    summary = engine.summarize(runs, [c.label for c in cands], device=engine.device_name(),
-                               sources=[str(c.source) for c in cands], budget_s=budget,
-                               target=target, case_indices=list(indices))
-    engine.render(summary)
+        files = _build(candidates, labels, Path(tmp))
+        runs = _run_with_progress(HarnessTimer(files), specs, len(files), stop, budget)
+    summary = report.summarize(runs, labels, device=device_name(), sources=[str(c) for c in candidates],
+                               budget_s=budget, target=target, case_indices=list(indices))
+    report.render(summary)
     if json_path:
-        json_path.write_text(json.dumps(summary, indent=1))
+        write_atomic(json_path, json.dumps(summary, indent=1))
         click.echo(f"wrote {json_path}")
     if plot_path:
-        engine.plot(summary, plot_path)
+        report.plot(summary, plot_path)
         click.echo(f"wrote {plot_path}")
+    refused = report.refusals(summary)
+    if refused:
+        raise click.ClickException("not every candidate was timed on every case:\n" + "\n".join(refused))
 
 
-def _resolve(paths, build_dir, build):
+def candidate_labels(paths) -> list[str]:
+    """File stems, made unique (`champion`, `champion#2`) when two collide."""
+    labels: list[str] = []
+    for p in paths:
+        label, k = Path(p).stem, 2
+        while label in labels:
+            label, k = f"{Path(p).stem}#{k}", k + 1
+        labels.append(label)
+    return labels
+
+
+def _build(candidates, labels, build_dir: Path | None) -> list[Path | None]:
+    """Each candidate's submission file: a .py as it is, a variant built into BUILD_DIR
+    (None: built in memory only, to check it)."""
+    from qrsub.build import BuildError, build_submission
+
     try:
-        return engine.resolve_candidates(paths, build_dir, build=build)
-    except FileNotFoundError as exc:
-        raise click.BadParameter(str(exc), param_hint="CANDIDATES") from None
-    except ValueError as exc:
+        return [build_submission(c, build_dir / f"{label.replace('#', '_')}.py" if build_dir else None).path
+                for c, label in zip(candidates, labels)]
+    except BuildError as exc:
         raise click.ClickException(str(exc)) from None
-
-
-def _invalid_variants(cands) -> list[str]:
-    """A dry run still validates variant candidates (cheap; building waits for the real run)."""
-    from qrsub.variant import load_variant
-
-    bad = []
-    for c in cands:
-        if c.is_variant:
-            try:
-                load_variant(c.source)
-            except Exception as exc:
-                bad.append(f"invalid variant {c.source}:\n{exc}")
-    return bad
 
 
 def _run_with_progress(timer, specs, n_cands, stop, budget):
@@ -120,7 +124,7 @@ def _run_with_progress(timer, specs, n_cands, stop, budget):
         def on_round(pos, rounds, elapsed, share):
             frac = min(0.99, elapsed / share) if share > 0 else 0.99
             progress.update(task, completed=pos + frac,
-                            description=f"{engine.case_label(specs[pos])}: round {rounds}")
+                            description=f"{report.case_label(specs[pos])}: round {rounds}")
 
         runs = engine.run_bench(timer, specs, n_cands, stop, budget, on_round=on_round)
         progress.update(task, completed=len(specs))

@@ -27,19 +27,16 @@ def lint(files: tuple[str, ...]) -> None:
       qrsub lint variants/champion.yaml
       qrsub lint task/submission.py my_kernel.py
     """
-    from qrsub.lint import lint_file, lint_text
+    from qrsub.cli import build_or_fail
+    from qrsub.lint import lint_bytes
 
     failed = False
     for name in files:
-        path = Path(name)
-        if path.suffix in (".yaml", ".yml"):
-            from qrsub.submit.build_cmd import build_or_fail
-            text, _, _ = build_or_fail(name)
-            problems, shown = lint_text(text, "submission.py"), f"{name} -> submission.py"
-        elif not path.is_file():
-            raise click.ClickException(f"{name}: no such file")
-        else:
-            problems, shown = lint_file(path), name
+        built = build_or_fail(name)
+        # a built variant is linted under the name the service would see it by
+        filename = "submission.py" if built.variant else Path(name).name
+        shown = f"{name} -> submission.py" if built.variant else name
+        problems = lint_bytes(built.content, filename)
         for p in problems:
             tag = " [refused by the service]" if p.hard else ""
             click.echo(f"{shown}:{p.line}: {p.rule}: {p.message}{tag}")

@@ -7,8 +7,12 @@ from pathlib import Path
 
 import click
 
-from qrsub import bench, pool
+from qrsub import pool
 from qrsub import sweep as sw
+from qrsub.bench.engine import StopRule
+from qrsub.files import write_atomic
+from qrsub.harness import HarnessError, cases_for, load_task, select_cases
+from qrsub.variant import VariantError, parse_variant
 
 
 @click.command("sweep")
@@ -53,14 +57,13 @@ def sweep(base, sets, selector, budget, target, workers, output, run_dir, dry_ru
       qrsub sweep variants/champion.yaml --set mid.strip.bn=32,64 --workers 2   # 2 workers, even on 1 GPU
     """
     run_dir = run_dir or Path("build/sweep") / f"{base.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    all_cases = bench.load_cases("benchmarks")
     try:
-        bench_cases = bench.select_cases(all_cases, selector) if selector else None
+        bench_cases = select_cases(cases_for(load_task(), "benchmark"), selector) if selector else None
+        if bench_cases == []:
+            raise click.BadParameter(f"{selector!r} selects no benchmark case", param_hint="--cases")
         plan = sw.plan_sweep(base, sets, run_dir, bench_cases)
-    except ValueError as exc:
+    except (HarnessError, sw.SweepError, VariantError) as exc:   # each message says what to fix
         raise click.ClickException(str(exc)) from None
-    except Exception as exc:   # VariantError from BASE: its message names file and line
-        raise click.ClickException(f"{base}: {exc}") from None
     devices = pool.visible_devices()
     problems = _invalid_points(plan)
 
@@ -79,7 +82,9 @@ def sweep(base, sets, selector, budget, target, workers, output, run_dir, dry_ru
         raise click.ClickException("invalid grid points (nothing was run):\n" +
                                    "\n".join(f"  {name}: {message}" for name, message in problems))
     if not devices:
-        raise click.ClickException(bench.NO_GPU_MESSAGE.replace("qrsub bench", "qrsub sweep"))
+        from qrsub.bench.timer import NO_GPU_MESSAGE
+
+        raise click.ClickException(NO_GPU_MESSAGE.replace("qrsub bench", "qrsub sweep"))
     assigned = pool.assign_devices(workers or len(devices), devices)
     _run(plan, assigned, budget, target, output)
 
@@ -89,8 +94,8 @@ def _invalid_points(plan: sw.SweepPlan) -> list[tuple[str, str]]:
     bad = []
     for c in plan.candidates:
         try:
-            sw.validate_variant_text(sw.variant_text(plan.base, c.point, c.variant), c.variant)
-        except Exception as exc:
+            parse_variant(sw.variant_text(plan.base, c.point, c.variant), c.variant)
+        except VariantError as exc:
             bad.append((sw.point_label(c.point), str(exc)))
     return bad
 
@@ -101,7 +106,7 @@ def _run(plan: sw.SweepPlan, devices: list[str], budget: float, target: float, o
 
     console = make_console()
     sw.emit_variants(plan)
-    stop = bench.StopRule(target=target)
+    stop = StopRule(target=target)
     jobs = [c.job(plan.base, plan.bench_cases, budget, stop, plan.run_dir / "build") for c in plan.candidates]
     console.print(f"sweep: {len(jobs)} candidate(s) on {len(devices)} worker(s) "
                   f"(CUDA_VISIBLE_DEVICES {', '.join(devices)}); logs in {plan.run_dir / 'logs'}")
@@ -120,8 +125,8 @@ def _run(plan: sw.SweepPlan, devices: list[str], budget: float, target: float, o
     wall = time.monotonic() - start
     ranked = sw.rank(results)
     labels = {c.name: sw.point_label(c.point) for c in plan.candidates}
-    sw.render_ranking(ranked, labels, console, total_cases=len(bench.load_cases("benchmarks")))
-    (plan.run_dir / "results.json").write_text(json.dumps(
+    sw.render_ranking(ranked, labels, console, total_cases=len(cases_for(load_task(), "benchmark")))
+    write_atomic(plan.run_dir / "results.json", json.dumps(
         {"base": str(plan.base), "devices": devices, "wall_s": wall, "results": ranked}, indent=1))
     console.print(f"wall time {wall:.1f} s on {len(devices)} worker(s); results in {plan.run_dir / 'results.json'}")
     _write_best(plan, ranked, output, console)
@@ -135,7 +140,7 @@ def _write_best(plan: sw.SweepPlan, ranked: list[dict], output: Path | None, con
     cand = next(c for c in plan.candidates if c.name == best["name"])
     out = output or plan.base.parent / f"{plan.base.stem}.{sw.point_slug(cand.point)}.yaml"
     text = sw.best_variant_text(plan, best, out)
-    sw.validate_variant_text(text, out)
+    parse_variant(text, out)
     existed = out.exists()
-    sw.write_atomic(out, text)
+    write_atomic(out, text)
     console.print(f"best: {sw.point_label(cand.point)} -> {'replaced' if existed else 'wrote'} {out}")

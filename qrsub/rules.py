@@ -1,0 +1,79 @@
+"""The service's rules for a submitted file, and the one reader of its directives.
+
+The leaderboard service refuses a file that is empty, larger than MAX_BYTES,
+not UTF-8, named with another extension than EXTENSIONS, or that contains
+REFUSED_WORD anywhere (any case, comments included). It reads `#!POPCORN`
+directives from the file's first block of comment lines only
+(docs/service.md). `qrsub lint` reports these rules, `qrsub build` refuses
+sources that break them, and `qrsub submit` reads the directives through
+`header_directives`.
+
+    >>> [d.name for d in parse_directives("#!POPCORN gpu H200\\nimport torch\\n")]
+    ['gpu']
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_BYTES = 1_000_000
+EXTENSIONS = (".py", ".cu", ".cuh", ".cpp")
+# The service refuses any file containing this word, in any case.
+REFUSED_WORD = "stream"
+DIRECTIVE_PREFIXES = ("#!POPCORN", "//!POPCORN")
+# directive -> the key it sets (`gpu` and `gpus` are one directive: a second is a duplicate)
+DIRECTIVES = {"leaderboard": "leaderboard", "gpu": "gpu", "gpus": "gpu"}
+
+
+def refused_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of every line holding the refused word, in any case."""
+    return [(lineno, line) for lineno, line in enumerate(text.split("\n"), 1) if REFUSED_WORD in line.lower()]
+
+
+@dataclass(frozen=True)
+class Directive:
+    """One `#!POPCORN NAME ARGS...` line."""
+
+    line: int
+    prefix: str
+    name: str | None          # None: the prefix alone
+    args: tuple[str, ...]
+    in_header: bool           # in the first block of comment lines, the only place the service reads
+
+    @property
+    def key(self) -> str | None:
+        """What it sets (`leaderboard` or `gpu`), None for an unknown directive."""
+        return DIRECTIVES.get(self.name or "")
+
+
+def header_length(lines: list[str]) -> int:
+    """Number of lines in the first block of comment lines."""
+    count = 0
+    for line in lines:
+        if not line.startswith(("#", "//")):
+            break
+        count += 1
+    return count
+
+
+def parse_directives(text: str) -> list[Directive]:
+    """Every directive line of TEXT, in the header or not (lint reports the misplaced ones)."""
+    lines = text.split("\n")
+    header = header_length(lines)
+    found = []
+    for lineno, line in enumerate(lines, 1):
+        stripped = line.strip()
+        prefix = next((p for p in DIRECTIVE_PREFIXES if stripped.startswith(p)), None)
+        if prefix is None:
+            continue
+        words = stripped[len(prefix):].split()
+        found.append(Directive(lineno, prefix, words[0] if words else None, tuple(words[1:]), lineno <= header))
+    return found
+
+
+def header_directives(text: str) -> dict[str, list[str]]:
+    """What the service reads: key -> arguments of its first well-formed directive in the header."""
+    values: dict[str, list[str]] = {}
+    for d in parse_directives(text):
+        if d.in_header and d.key and d.args:
+            values.setdefault(d.key, list(d.args))
+    return values
