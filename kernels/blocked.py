@@ -4,9 +4,8 @@ Each takes A and its route (plan.Route) and reads the route's knobs by name.
 
 - `qr_blocked`: single level. Panel j, then one fused strip over all trailing columns.
 - `qr_twolevel`: inner panels of width b inside outer blocks of O columns; strips
-  update the block's own columns (or one program per matrix does the whole block),
-  then one wide block reflector with K = O updates the far columns: cuBLAS (tf32
-  allowed by the plan) or our strip kernel.
+  update the block's own columns, then one batched GEMM with K = O (cuBLAS,
+  tf32 allowed by the plan) updates the far columns with the merged block T.
 - `qr_coop`: the two-level driver whose tall panels use the cooperative
   panel (several programs per matrix).
 - `qr_geqrf`: torch.geqrf, the service's starter.
@@ -19,12 +18,11 @@ import contextlib
 
 import torch
 
-from .block import factor_block
 from .coop import coop_panel
 from .panel import householder_panel, padded_width
 from .scratch import scratch
 from .strip import trailing_strip
-from .wy import block_t_from_gram, wy_merge
+from .wy import wy_merge
 
 
 def qr_geqrf(A: torch.Tensor, route):
@@ -63,7 +61,7 @@ def matmul_tf32(allowed: bool):
         torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-def far_update_cublas(src, H, Y, Tb, J, ob):
+def far_update(src, H, Y, Tb, J, ob):
     """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)): one wide block reflector, cuBLAS."""
     C = src[:, J:, J + ob:]
     W = torch.bmm(Tb.transpose(1, 2), torch.bmm(Y.transpose(1, 2), C))
@@ -74,18 +72,6 @@ def far_update_cublas(src, H, Y, Tb, J, ob):
         torch.baddbmm(C, Y, W, alpha=-1.0, out=out)
 
 
-def far_update(src, H, Vb, Tb, J, ob, route):
-    """Apply the outer block [J, J+ob)'s reflector to every column right of it, where
-    route.twolevel.far_update says: cuBLAS in twolevel.far_precision, or the strip kernel
-    with the `far` tiles and the route's precisions."""
-    T = Tb[:, :ob, :ob]
-    if route.twolevel.far_update == "strip":
-        trailing_strip(src, H, Vb, T, J, J + ob, H.shape[1] - J - ob, strip=route.far,
-                       precision=route.precision, v_row_off=J)
-        return
-    with matmul_tf32(route.twolevel.far_precision == "tf32"):
-        far_update_cublas(src, H, Vb[:, J:, :ob], T, J, ob)
-
 
 def one_program_panel(route):
     """The inner-panel function of qr_twolevel: one program per matrix."""
@@ -95,8 +81,8 @@ def one_program_panel(route):
     return panel
 
 
-def inner_launches(src, H, tau, Vb, Tb, J, ob, route, panel, far):
-    """The outer block [J, J+ob) as a launch per inner panel and in-block strip, then (when a
+def factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far):
+    """The outer block [J, J+ob): a launch per inner panel and in-block strip, then (when a
     far update follows) the block's T by the WY merge."""
     batch, n, _ = H.shape
     b = route.panel.width
@@ -113,9 +99,7 @@ def inner_launches(src, H, tau, Vb, Tb, J, ob, route, panel, far):
         if j + bw < J + ob:
             trailing_strip(src if j == 0 else H, H, Vb, Ti, j, j + bw, J + ob - j - bw,
                            strip=route.strip, precision=route.precision, v_col_off=j - J)
-    if far and route.twolevel.block_t == "gram":
-        block_t_from_gram(Vb[:, J:, :ob], tau, J, Tb[:, :ob, :ob])
-    elif far:
+    if far:
         wy_merge(Vb[:, J:, :ob], Tin, widths, Tb[:, :ob, :ob])
 
 
@@ -123,9 +107,9 @@ def qr_twolevel(A: torch.Tensor, route, panel=None):
     """Two-level blocked QR: outer blocks of route.twolevel.outer columns, inner panels of
     route.panel.width (>= 16 and dividing the outer block: plan.route_problems checks both).
 
-    route.twolevel.inner runs each outer block as launches (`panel(src, H, tau, T, V, j, bw,
-    v_col_off, v_row_off)` factors one inner panel; by default the one-program panel) or as
-    one fused launch (block.py); route.twolevel.far_update then updates the columns right of it.
+    `panel(src, H, tau, T, V, j, bw, v_col_off, v_row_off)` factors one inner panel; by
+    default the one-program-per-matrix panel. cuBLAS then updates the columns right of
+    each block, in tf32 where route.twolevel.far_precision allows it.
     """
     batch, n, _ = A.shape
     O = route.twolevel.outer
@@ -138,12 +122,10 @@ def qr_twolevel(A: torch.Tensor, route, panel=None):
         ob = min(O, n - J)
         far = J + ob < n
         src = A if J == 0 else H
-        if route.twolevel.inner == "fused":
-            factor_block(src, H, tau, Vb, Tb, J, ob, route)
-        else:
-            inner_launches(src, H, tau, Vb, Tb, J, ob, route, panel, far)
+        factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far)
         if far:
-            far_update(src, H, Vb, Tb, J, ob, route)
+            with matmul_tf32(route.twolevel.far_precision == "tf32"):
+                far_update(src, H, Vb[:, J:, :ob], Tb[:, :ob, :ob], J, ob)
     return H, tau
 
 

@@ -2,7 +2,7 @@
 
 A route sends the shapes it covers (n and batch ranges) to one driver with its
 knobs, grouped as the variant files group them: `panel`, `strip`, `precision`,
-`twolevel`, `far`, `coop`, `graph`. Each group is a frozen dataclass below; a knob's
+`twolevel`, `coop`, `graph`. Each group is a frozen dataclass below; a knob's
 field name is its YAML name, and the drivers read the same name
 (`route.panel.num_warps` becomes the panel launch's `num_warps=`).
 
@@ -21,19 +21,10 @@ from dataclasses import dataclass, field, fields
 PRECISIONS = ("fp32", "tf32", "tf32x3", "fp16x3", "fp16x2lo", "fp16")
 # Driver names; routing.py binds each to the function named qr_<name>.
 DRIVERS = ("geqrf", "blocked", "twolevel", "coop")
-# Drivers built from inner panels inside outer blocks (they read `twolevel` and `far`).
+# Drivers built from inner panels inside outer blocks (they read `twolevel`).
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
-# How a two-level block's inner panels run: a launch per inner panel and in-block strip, or
-# one program per matrix for the whole block (kernels/block.py).
-INNER_MODES = ("launches", "fused")
-# Where the far update runs: cuBLAS (fp32 or tf32), or our strip kernel (any precision).
-FAR_UPDATES = ("cublas", "strip")
-# How a launched block's T is built: the WY merge in torch, or one kernel on the Gram matrix (wy.py).
-BLOCK_T_MODES = ("merge", "gram")
 # How the cooperative panel's programs exchange partial sums per reflector (coop.py).
 COOP_EXCHANGES = ("counter", "slots")
-# The strip kernel's W accumulator is outer x far.bn: wider outer blocks spill.
-MAX_STRIP_OUTER = 128
 # No concurrent-groups mode: overlapping groups needs side queues, which the service
 # warns may disqualify and whose usual spelling it refuses outright.
 GRAPH_MODES = ("off", "capture")
@@ -152,12 +143,6 @@ class PrecisionKnobs:
 @dataclass(frozen=True)
 class TwoLevelKnobs:
     outer: int = knob(128, Pow2(32, 512), "two-level outer block O (a multiple of panel.width)")
-    inner: str = knob("launches", OneOf(INNER_MODES), "launches: a launch per inner panel and in-block "
-                                                      "strip; fused: one program per matrix factors the block")
-    block_t: str = knob("merge", OneOf(BLOCK_T_MODES), "inner: launches builds the block's T by the WY "
-                                                       "merge (merge) or one kernel on V's Gram matrix (gram)")
-    far_update: str = knob("cublas", OneOf(FAR_UPDATES), "the far update through cuBLAS (far_precision), or "
-                                                         "through the strip kernel (far: tiles, precision: products)")
     # fp32 by default: tf32 in the far update was measured safe only at n >= 1024.
     far_precision: str = knob("fp32", OneOf(("fp32", "tf32")), "precision of the cuBLAS far update")
 
@@ -186,9 +171,8 @@ class Settings:
 
 
 # Section name -> its knob group; the order of the variant files.
-# `far` is the far update's strip (twolevel.far_update: strip): the same tile knobs as `strip`.
 SECTIONS = {"panel": PanelKnobs, "strip": StripKnobs, "precision": PrecisionKnobs,
-            "twolevel": TwoLevelKnobs, "far": StripKnobs, "coop": CoopKnobs, "graph": GraphKnobs}
+            "twolevel": TwoLevelKnobs, "coop": CoopKnobs, "graph": GraphKnobs}
 DRIVER_DOC = "geqrf (torch), blocked (single-level), twolevel, coop (cooperative two-level)"
 
 
@@ -215,11 +199,10 @@ def route_problems(driver: str, sections: dict) -> list:
     out = []
     if OneOf(DRIVERS).problem(driver):
         return out
-    for section in ("strip", "far"):
-        strip = sections[section]
-        if not value_problems(strip) and strip.split_rows and strip.split_rows < strip.bm:
-            out.append(((section, "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least {section}.bm "
-                        f"({strip.bm}): each split is a whole number of row tiles"))
+    strip = sections["strip"]
+    if not value_problems(strip) and strip.split_rows and strip.split_rows < strip.bm:
+        out.append((("strip", "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least strip.bm "
+                    f"({strip.bm}): each split is a whole number of row tiles"))
     panel, twolevel = sections["panel"], sections["twolevel"]
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))
@@ -232,12 +215,6 @@ def route_problems(driver: str, sections: dict) -> list:
         out.append((("twolevel", "outer"), f"panel.width {panel.width} does not divide twolevel.outer "
                     f"{twolevel.outer}; allowed: an outer block that is a multiple of panel.width "
                     "(inner panels tile the outer block)"))
-    if driver == "coop" and twolevel.inner == "fused":
-        out.append((("twolevel", "inner"), "got fused with driver coop; allowed: launches (the cooperative "
-                    "panel runs several programs per matrix, a fused block one)"))
-    if outer_ok and twolevel.far_update == "strip" and twolevel.outer > MAX_STRIP_OUTER:
-        out.append((("twolevel", "outer"), f"got {twolevel.outer} with far_update strip; allowed: at most "
-                    f"{MAX_STRIP_OUTER} (the strip's accumulator is outer x far.bn)"))
     return out
 
 
@@ -253,7 +230,6 @@ class Route:
     strip: StripKnobs = StripKnobs()
     precision: PrecisionKnobs = PrecisionKnobs()
     twolevel: TwoLevelKnobs = TwoLevelKnobs()
-    far: StripKnobs = StripKnobs()
     coop: CoopKnobs = CoopKnobs()
     graph: GraphKnobs = GraphKnobs()
 

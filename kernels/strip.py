@@ -6,9 +6,7 @@ writes C - V W. Nothing goes through global memory but C itself.
 
 When batch x column strips leaves most SMs idle (a batch of 2, a strip inside a
 128-column block), StripKnobs.split_rows splits the rows too: one launch writes
-each row split's partial W, a second sums them and updates its rows. The fused
-driver (fused.py) runs the same column update, `update_columns`, inside its
-one-program-per-matrix kernel.
+each row split's partial W, a second sums them and updates its rows.
 """
 import torch
 import triton

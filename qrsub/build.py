@@ -380,10 +380,7 @@ def route_line(r) -> str:
                   f"strip {r.strip.bm}x{r.strip.bn} s{r.strip.num_stages} w{r.strip.num_warps}",
                   f"prec {r.precision.project}/{r.precision.tcontract}/{r.precision.apply}"]
     if r.driver in TWO_LEVEL_DRIVERS:
-        far = (f"far strip {r.far.bm}x{r.far.bn} s{r.far.num_stages} w{r.far.num_warps}"
-               if r.twolevel.far_update == "strip" else f"far cublas {r.twolevel.far_precision}")
-        inner = r.twolevel.inner if r.twolevel.inner == "fused" else f"launches T {r.twolevel.block_t}"
-        parts.append(f"outer {r.twolevel.outer} inner {inner} {far}")
+        parts.append(f"outer {r.twolevel.outer} far {r.twolevel.far_precision}")
     if r.driver == "coop":
         parts.append(f"coop {r.coop.programs}x {r.coop.exchange} rows<={r.coop.max_rows}")
     parts.append(f"graph {r.graph.mode}")

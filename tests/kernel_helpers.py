@@ -12,8 +12,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Knobs for small shapes, by section; a test changes a few with route(panel=dict(width=8), ...).
 SMALL_KNOBS = dict(panel=dict(width=16, num_warps=4), strip=dict(bm=16, bn=16, num_stages=2, num_warps=4),
                    precision=dict(project="fp32", tcontract="fp32", apply="fp32"),
-                   twolevel=dict(outer=32, far_precision="fp32"),
-                   far=dict(bm=16, bn=16, num_stages=2, num_warps=4), coop=dict(programs=1, max_rows=64),
+                   twolevel=dict(outer=32, far_precision="fp32"), coop=dict(programs=1, max_rows=64),
                    graph=dict(mode="off"))
 
 

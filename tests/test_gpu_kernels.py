@@ -46,12 +46,8 @@ def test_cooperative_panel_with_several_programs(programs, exchange):
     ("coop", 1600, dict(panel=dict(width=32, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
                         twolevel=dict(outer=256), coop=dict(programs=4, max_rows=512))),
     ("coop", 2100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32, split_rows=256),
-                        twolevel=dict(outer=128, block_t="gram", far_precision="tf32"),
+                        twolevel=dict(outer=128, far_precision="tf32"),
                         coop=dict(programs=4, max_rows=512, exchange="slots"))),
-    ("twolevel", 520, dict(panel=dict(width=16, num_warps=4), strip=dict(bm=32, bn=16),
-                           twolevel=dict(outer=64, inner="fused", far_update="strip"), far=dict(bm=32, bn=64, num_warps=4))),
-    ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
-                            twolevel=dict(outer=128, inner="fused", far_precision="tf32"))),
 ])
 @pytest.mark.parametrize("prec", ["fp16x3", "tf32x3"])
 def test_drivers_pass_the_gate_on_gpu(driver, n, knobs, prec):

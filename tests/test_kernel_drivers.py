@@ -57,16 +57,3 @@ def test_a_two_level_route_refuses_narrow_panels(driver):
     with pytest.raises(ValueError, match="panel.width: got 8 with driver"):
         route(driver=driver, panel=dict(width=8))
 
-
-@pytest.mark.parametrize("inner,far_update", [("fused", "cublas"), ("fused", "strip"), ("launches", "strip")])
-@pytest.mark.parametrize("n", [16, 40, 53])
-def test_two_level_inner_and_far_modes(inner, far_update, n):
-    """The fused block and the strip far update against geqrf, with n a multiple of the
-    outer block (16), several blocks with a partial inner panel (53 = 32 + 16 + 5)."""
-    A = special_matrices(n, batch=3)
-    r = route(driver="twolevel", twolevel=dict(outer=32, inner=inner, far_update=far_update))
-    H, tau = DRIVERS["twolevel"](A, r)
-    H_ref, tau_ref = torch.geqrf(A.double().cpu())
-    torch.testing.assert_close(H.double().cpu(), H_ref, atol=1e-4, rtol=1e-3)
-    torch.testing.assert_close(tau.double().cpu(), tau_ref, atol=1e-4, rtol=1e-3)
-    assert harness_check(A, H, tau) < 0.5
