@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from qrsub.cli import DEFAULT_SUBMISSION
 from qrsub.rules import LEADERBOARD_GPUS, gpu_not_offered, header_directives, parse_directives
 from qrsub.submit.client import (CLI_ID_HEADER, MODES, Accepted, ApiError, Client, NotSent, ServiceError,
                                  submission_path)
@@ -27,7 +28,7 @@ from qrsub.submit.ledger import Ledger, LedgerError
 from qrsub.submit.outcome import (console, follow, get_config, make_client, open_ledger, outcome_of,
                                   render_outcome, service_options, write_json)
 
-DEFAULT_FILE = Path("build/submission.py")
+DEFAULT_FILE = Path(DEFAULT_SUBMISSION)
 DEFAULT_LEADERBOARD = "qr_v2"
 DEFAULT_GPU = LEADERBOARD_GPUS[DEFAULT_LEADERBOARD][0]
 

@@ -10,6 +10,9 @@ import importlib
 
 import click
 
+# Where `qrsub build` writes; `qrsub test` and `qrsub submit` take it by default.
+DEFAULT_SUBMISSION = "build/submission.py"
+
 # name -> "module:attribute"; each command module owns one command (or group).
 # The commands that talk to the service live with its client in qrsub.submit.
 COMMANDS: dict[str, str] = {
