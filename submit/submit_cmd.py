@@ -170,7 +170,7 @@ def _base_record(api_url: str | None, source: Source, target: Target, mode: str)
 Examples:
   qrsub submit                                  # build/submission.py, leaderboard mode
   qrsub submit variants/champion.yaml --mode test
-  qrsub submit my.py --gpu B200 --mode benchmark --json out.json
+  qrsub submit task/submission.py -l qr_v2 -g B200 -m benchmark --json out.json
   qrsub submit --dry-run                        # check and show the request; send nothing
   qrsub submit --no-wait && qrsub submissions wait ID
 

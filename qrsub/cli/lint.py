@@ -24,8 +24,8 @@ def lint(files: tuple[str, ...]) -> None:
     \b
     Examples:
       qrsub lint build/submission.py
-      qrsub lint variants/champion.yaml
-      qrsub lint task/submission.py my_kernel.py
+      qrsub lint variants/champion.yaml        # warns: qr_v2 runs on B200 only
+      qrsub lint task/submission.py variants/b200.yaml
     """
     from qrsub.cli import build_or_fail
     from qrsub.lint import lint_bytes
