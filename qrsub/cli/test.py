@@ -22,7 +22,7 @@ Without a GPU the Triton kernels run on the CPU, through Triton's interpreter
 (TRITON_INTERPRET=1). It runs the same kernels, checked by the same harness,
 but it executes each program instance in Python: minutes where a GPU takes
 milliseconds. So without a GPU only the cases with n <= --max-n run,
-{CPU_MAX_N} by default: the 20x32 case, about 2 minutes on a 2-core machine.
+{CPU_MAX_N} by default: the 20x32 case, 1 to 2 minutes on a 2-core machine.
 40x176 did not finish in 500 s there, and the larger cases need a GPU. A larger
 --max-n needs a larger --timeout; a case the interpreter does not finish in
 time is reported in those words, not as a wrong answer. The last line says how
