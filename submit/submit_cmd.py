@@ -4,9 +4,9 @@ The steps, each a function below: load the file (qrsub's one build, for a
 variant), lint it (the service's hard rules cannot be forced past), settle the
 leaderboard and GPU against the file's `#!POPCORN` directives (a dry run stops
 here: it reads no credentials and talks to no one), record a ledger row, ask
-the service which GPUs the leaderboard offers, POST, then follow it (qrsub.submit.outcome, shared with `qrsub
-submissions`): poll with a live display and print the runs, the per-case tables
-and the geometric-mean score.
+the service which GPUs the leaderboard offers, POST, then follow it
+(qrsub.submit.outcome, shared with `qrsub submissions`): poll with a live
+display and print the runs, the per-case tables and the geometric-mean score.
 """
 from __future__ import annotations
 
@@ -73,20 +73,23 @@ def variant_knobs(variant: Any) -> dict:
 
 # ---- lint: the service's rules, checked before anything is sent ------------
 
-def lint_problems(source: Source, leaderboard: str | None, gpu: str | None, where: "Target") -> list:
-    """qrsub.lint's problems, less 'directive missing' when the flags supply what is missing; its
-    `gpu` check applies to the GPU this goes to (WHERE), not to every GPU the file lists."""
+def lint_problems(source: Source, leaderboard: str | None, gpu: str | None,
+                  where: "Target | None" = None) -> list:
+    """qrsub.lint's problems, less 'directive missing' when the flags supply what is missing.
+    Given WHERE, its `gpu` check is of the GPU this goes to, not of every GPU the file lists."""
     from qrsub.lint import Problem, lint_bytes
 
-    problems = [p for p in lint_bytes(source.content, source.file_name) if p.rule != "gpu"]
+    problems = lint_bytes(source.content, source.file_name)
     present = header_directives(source.text)
     given = {"leaderboard": leaderboard, "gpu": gpu}
     if all(given[key] for key in given if key not in present):
         problems = [p for p in problems if p.rule != "directive-missing"]
-    why = gpu_not_offered(where.leaderboard, where.gpu)
-    if why:
-        line = next((d.line for d in parse_directives(source.text) if d.in_header and d.key == "gpu"), 1)
-        problems.append(Problem(line, "gpu", why, False))
+    if where is not None:
+        problems = [p for p in problems if p.rule != "gpu"]
+        why = gpu_not_offered(where.leaderboard, where.gpu)
+        if why:
+            line = next((d.line for d in parse_directives(source.text) if d.in_header and d.key == "gpu"), 1)
+            problems.append(Problem(line, "gpu", why, False))
     return problems
 
 
@@ -251,6 +254,9 @@ def _require_offered(client: Client, ledger: Ledger, row_id: int, where: Target,
     except ServiceError as exc:
         raise _not_sent(ledger, row_id, f"could not ask the service which GPUs {where.leaderboard} "
                         f"offers: {exc}", json_path, record) from None
+    except KeyboardInterrupt:
+        ledger.mark_final(row_id, status="not_sent", error="interrupted before the upload")
+        raise click.exceptions.Exit(130) from None
     if where.gpu not in offered:
         raise _not_sent(ledger, row_id, f"{where.leaderboard} does not offer {where.gpu}; the service "
                         f"offers {', '.join(offered) or 'no GPU'}: pick one with --gpu (and in the "

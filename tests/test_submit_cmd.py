@@ -305,6 +305,15 @@ def test_an_upload_whose_connection_fails_before_it_began_is_not_sent(env, ledge
     assert ledger.rows()[0].status == "not_sent"
 
 
+def test_ctrl_c_before_the_upload_is_not_sent(service, env, ledger, sub_file, monkeypatch):
+    def interrupted(self, leaderboard):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Client, "gpus", interrupted)
+    result = qrsub(env, "submit", sub_file)
+    assert result.exit_code == 130 and not posts(service)
+    assert (ledger.rows()[0].status, ledger.rows()[0].error) == ("not_sent", "interrupted before the upload")
+
+
 def test_a_failed_tls_handshake_is_not_sent(service, env, ledger, sub_file):
     https = service.url.replace("http://", "https://")  # the fake service speaks plain HTTP
     result = qrsub({**env, "POPCORN_API_URL": https}, "submit", sub_file)
