@@ -52,6 +52,11 @@ class Source:
         # Bad bytes survive as escapes: lint reports them, the directives still read.
         return self.content.decode("utf-8", errors="surrogateescape")
 
+    @property
+    def shown(self) -> str:
+        """How lint lines name it: a built variant's line numbers are the built file's."""
+        return f"{self.path} -> {self.file_name}" if self.knobs is not None else str(self.path)
+
 
 def load_source(path: Path) -> Source:
     """The bytes to send: the file itself, or the submission built from a variant."""
@@ -97,7 +102,7 @@ def report_problems(source: Source, problems: list, force: bool) -> None:
     """Print PROBLEMS; refuse on hard ones always, on the others unless --force."""
     for p in problems:
         kind = "error" if p.hard else "warning"
-        click.echo(f"{source.path}:{p.line}: {kind} [{p.rule}] {p.message}", err=True)
+        click.echo(f"{source.shown}:{p.line}: {kind} [{p.rule}] {p.message}", err=True)
     hard = [p for p in problems if p.hard]
     soft = [p for p in problems if not p.hard]
     if hard:
@@ -172,7 +177,7 @@ def _base_record(api_url: str | None, source: Source, target: Target, mode: str)
 @click.command("submit", epilog="""\b
 Examples:
   qrsub submit                                  # build/submission.py, leaderboard mode
-  qrsub submit variants/champion.yaml --mode test
+  qrsub submit variants/champion-b200.yaml --mode test
   qrsub submit task/submission.py -l qr_v2 -g B200 -m benchmark --json out.json
   qrsub submit --dry-run                        # check and show the request; send nothing
   qrsub submit --no-wait && qrsub submissions wait ID

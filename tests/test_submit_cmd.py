@@ -259,6 +259,12 @@ def test_a_gpu_the_leaderboard_is_not_known_to_offer_is_a_lint_warning(service, 
     assert not service.seen
 
 
+def test_the_h200_champion_is_warned_with_the_built_files_line(service, env):
+    result = qrsub(env, "submit", VARIANTS / "champion.yaml", "--mode", "test")
+    assert result.exit_code == 1 and not service.seen
+    assert f"{VARIANTS / 'champion.yaml'} -> champion.py:2: warning [gpu] qr_v2 runs on B200 only" in result.output
+
+
 def test_a_gpu_the_service_does_not_offer_is_refused_before_the_upload(service, env, ledger, tmp_path):
     path = write_submission(tmp_path, GOOD_SUBMISSION.replace("gpu B200", "gpu H200"))
     result = qrsub(env, "submit", path, "--force", "--json", tmp_path / "o.json")
