@@ -11,7 +11,9 @@ Two kinds of rules:
 - soft (ours, for Python files): `syntax` (the file compiles), `custom-kernel`
   (defines it), `task-import` (imports from `task`), `import` (only torch,
   triton, the standard library and task), `directive-placement` (a directive
-  after the first comment block is ignored by the service), `directive-missing`.
+  after the first comment block is ignored by the service), `directive-missing`,
+  `gpu` (the `#!POPCORN gpu` names a GPU the leaderboard is not known to offer:
+  qrsub.rules.LEADERBOARD_GPUS; `qrsub submit` asks the service itself).
 
     >>> [f"{p.line}: {p.rule}" for p in lint_text("import numpy\\n", "sub.py")]
 """
@@ -22,7 +24,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from qrsub.rules import DIRECTIVES, EXTENSIONS, MAX_BYTES, REFUSED_WORD, parse_directives, refused_lines
+from qrsub.rules import (DIRECTIVES, EXTENSIONS, MAX_BYTES, REFUSED_WORD, gpu_not_offered, header_directives,
+                         parse_directives, refused_lines)
 
 ALLOWED_TOP_MODULES = frozenset({"torch", "triton", "task", "__future__"}) | frozenset(sys.stdlib_module_names)
 
@@ -42,6 +45,7 @@ def lint_text(text: str, filename: str) -> list[Problem]:
     problems = _file_rules(text, filename)
     problems += _refused_word(text)
     problems += _directives(text)
+    problems += _gpus(text)
     if filename.endswith(".py") and text:
         problems += _python_rules(text)
     return sorted(problems, key=lambda p: (p.line, not p.hard, p.rule))
@@ -122,6 +126,15 @@ def _directives(text: str) -> list[Problem]:
             out.append(Problem(1, "directive-missing", f"no '#!POPCORN {key}' directive at the top "
                                "(the service then needs it on the command line)", False))
     return out
+
+
+def _gpus(text: str) -> list[Problem]:
+    """A GPU the leaderboard is not known to offer (soft: the list is ours, the service's may differ)."""
+    leaderboard = header_directives(text).get("leaderboard", [None])[0]
+    gpus = next((d for d in parse_directives(text) if d.in_header and d.key == "gpu" and d.args), None)
+    if leaderboard is None or gpus is None:
+        return []
+    return [Problem(gpus.line, "gpu", why, False) for gpu in gpus.args if (why := gpu_not_offered(leaderboard, gpu))]
 
 
 # ---------------------------------------------------------------------------

@@ -22,15 +22,22 @@ Public API:
         selection, a missing file or a task.yml without a timeout.
 
     LocalRun: stages (list[StageResult]), compile (CompileResult), run_dir
-        (kept only with keep=True), cpu (bool), seed, skipped (list of
-        (stage mode, index, spec) left out by max_n); passed (the harness's
+        (kept only with keep=True), cpu (bool), seed, max_n, skipped (list of
+        (stage mode, index, spec) left out by max_n), coverage (list of
+        Coverage, one per stage reached, run or not); passed (the harness's
         verdict, as the service would give it), fallbacks (routes that fell
         back to torch.geqrf, which the service would not notice).
     StageResult: mode, report (dict), cases (list[report.CaseResult], indices
         as in task.yml), exit_code, output_tail, timed_out, timeout_s,
-        fallbacks (list[qrsub.fallbacks.Fallback]); passed.
+        fallbacks (list[qrsub.fallbacks.Fallback]), cpu; passed,
+        timeout_message (what a case cut off by the timeout reports), cut_off
+        (those cases).
+    Coverage: stage, total (the stage's cases in task.yml), ran, over_max_n;
+        unselected (left out by the `--cases` selector).
 
     has_gpu() -> bool                    whether torch sees a CUDA device
+    timeout_message(seconds, cpu) -> str what a case cut off by the timeout reports;
+                                         without a GPU, in the interpreter's words
     STAGES (mode -> stages)
 """
 from __future__ import annotations
@@ -56,6 +63,15 @@ STAGES = {"test": ("test",), "benchmark": ("benchmark",), "profile": ("profile",
 # Without a GPU, Triton's interpreter needs minutes per reflector-heavy batch (40x176
 # outlasts the 240 s test timeout): by default only the n=32 case runs; --max-n widens it.
 CPU_MAX_N = 64
+
+
+def timeout_message(seconds: float, cpu: bool) -> str:
+    """What a case that the stage's timeout cut off reports. Without a GPU the cause is the
+    interpreter's speed, not the kernel, and the words say so."""
+    if cpu:
+        return (f"timed out after {seconds:g} s in Triton's CPU interpreter; "
+                "a GPU runs this case in milliseconds")
+    return f"timed out: the run was killed after {seconds:g} s"
 TAIL_CHARS = 4000
 
 
@@ -75,10 +91,34 @@ class StageResult:
     timed_out: bool = False
     timeout_s: float | None = None
     fallbacks: list = field(default_factory=list)
+    cpu: bool = False
 
     @property
     def passed(self) -> bool:
         return self.exit_code == 0 and bool(self.cases) and all(c.passed for c in self.cases)
+
+    @property
+    def timeout_message(self) -> str:
+        return timeout_message(self.timeout_s or 0, self.cpu)
+
+    @property
+    def cut_off(self) -> list:
+        """The cases the stage's timeout cut off (started and unfinished, or never started)."""
+        return [c for c in self.cases if not c.passed and c.error == self.timeout_message] if self.timed_out else []
+
+
+@dataclass
+class Coverage:
+    """How many of one stage's cases ran."""
+
+    stage: str
+    total: int         # the stage's cases in task.yml (profile: the first one only)
+    ran: int
+    over_max_n: int    # left out by max_n: without a GPU, the cases that need one
+
+    @property
+    def unselected(self) -> int:
+        return self.total - self.ran - self.over_max_n
 
 
 @dataclass
@@ -89,7 +129,9 @@ class LocalRun:
     run_dir: str | None = None
     cpu: bool = False
     seed: int | None = None
+    max_n: int | None = None
     skipped: list = field(default_factory=list)
+    coverage: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -215,7 +257,7 @@ def _run_eval(run_dir: Path, mode: str, env: dict, timeout: float) -> tuple[str,
 def _fill_missing(cases: list, picked: list[int], specs: list[dict], stage: StageResult) -> list:
     """Cases the report lacks (killed by the timeout, crashed harness) become failures."""
     have = {c.index for c in cases}
-    why = (f"timed out: the run was killed after {stage.timeout_s:g} s" if stage.timed_out
+    why = (stage.timeout_message if stage.timed_out
            else f"no result: eval.py exited with {stage.exit_code}: "
                 f"{_last_line(stage.output_tail) or 'no output'}")
     out = list(cases)
@@ -235,10 +277,10 @@ def _fill_missing(cases: list, picked: list[int], specs: list[dict], stage: Stag
 
 
 def _stage_result(mode: str, text: str, code, output: str, timed_out: bool, timeout: float,
-                  picked: list[int], specs: list[dict]) -> StageResult:
+                  picked: list[int], specs: list[dict], cpu: bool) -> StageResult:
     stage = StageResult(mode=mode, report=parse_report(text), exit_code=code,
                         output_tail=output[-TAIL_CHARS:], timed_out=timed_out, timeout_s=timeout,
-                        fallbacks=fallbacks.in_output(output))
+                        fallbacks=fallbacks.in_output(output), cpu=cpu)
     cases = _fill_missing(cases_from_report(stage.report, mode), picked, specs, stage)
     for case in cases:  # report indices count the cases file; show task.yml's
         case.index = picked[case.index] if case.index < len(picked) else case.index
@@ -280,7 +322,7 @@ def run_local(submission: str | Path, mode: str = "test", *, cases: str | None =
     if cpu and max_n is None:
         max_n = CPU_MAX_N
     run_dir = Path(tempfile.mkdtemp(prefix="qrsub-run-"))
-    result = LocalRun(mode=mode, cpu=cpu, seed=seed, run_dir=str(run_dir) if keep else None)
+    result = LocalRun(mode=mode, cpu=cpu, seed=seed, max_n=max_n, run_dir=str(run_dir) if keep else None)
     try:
         _lay_out(run_dir, submission, harness)
         env = _child_env(cpu, seed, max_repeats)
@@ -307,6 +349,8 @@ def _run_stage(run_dir: Path, task: dict, mode: str, selector, max_n, env, timeo
                result: LocalRun, on_start=None) -> StageResult | None:
     specs, picked, skipped = _pick(task, mode, selector, max_n)
     result.skipped.extend((mode, i, spec) for i, spec in skipped)
+    total = 1 if mode == "profile" else len(specs)
+    result.coverage.append(Coverage(mode, total, len(picked), len(skipped)))
     if not picked:
         if not result.stages:
             raise HarnessError(f"no {mode} case left to run (selection {selector or 'all'}, "
@@ -317,4 +361,4 @@ def _run_stage(run_dir: Path, task: dict, mode: str, selector, max_n, env, timeo
     (run_dir / "cases.txt").write_text("".join(_format_case(specs[i]) + "\n" for i in picked))
     limit = _stage_timeout(task, mode, timeout)
     text, code, output, timed_out = _run_eval(run_dir, mode, env, limit)
-    return _stage_result(mode, text, code, output, timed_out, limit, picked, specs)
+    return _stage_result(mode, text, code, output, timed_out, limit, picked, specs, result.cpu)

@@ -8,6 +8,11 @@ directives from the file's first block of comment lines only
 sources that break them, and `qrsub submit` reads the directives through
 `header_directives`.
 
+It also refuses a GPU the leaderboard does not offer. LEADERBOARD_GPUS is what
+we know of that offline: `qrsub lint` warns with `gpu_not_offered`, and
+`qrsub submit` asks the service itself (GET /gpus/{leaderboard}) before it
+uploads.
+
     >>> [d.name for d in parse_directives("#!POPCORN gpu H200\\nimport torch\\n")]
     ['gpu']
 """
@@ -22,6 +27,17 @@ REFUSED_WORD = "stream"
 DIRECTIVE_PREFIXES = ("#!POPCORN", "//!POPCORN")
 # directive -> the key it sets (`gpu` and `gpus` are one directive: a second is a duplicate)
 DIRECTIVES = {"leaderboard": "leaderboard", "gpu": "gpu", "gpus": "gpu"}
+# leaderboard -> the GPU types it runs on (qr_v2's agrees with task/task.yml's `gpus`; a test checks).
+LEADERBOARD_GPUS = {"qr_v2": ("B200",)}
+
+
+def gpu_not_offered(leaderboard: str, gpu: str) -> str | None:
+    """Why LEADERBOARD would refuse GPU, with the fix; None when it runs there or is not in LEADERBOARD_GPUS."""
+    known = LEADERBOARD_GPUS.get(leaderboard.lower())
+    if known is None or gpu in known:
+        return None
+    return (f"{leaderboard} runs on {' and '.join(known)} only, so the service refuses {gpu}: make it "
+            f"`#!POPCORN gpu {known[0]}` (in a variant, `gpu: {known[0]}`)")
 
 
 def refused_lines(text: str) -> list[tuple[int, str]]:

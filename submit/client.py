@@ -6,14 +6,18 @@ into Python values, and tells failures apart:
 - `ApiError`: the service answered with a non-2xx status; `detail` is its
   `{"detail": ...}` text, meant for the user as is.
 - `TransportError`: no usable answer (unreachable, timed out, connection
-  dropped, malformed JSON), after the retries that are safe.
+  dropped, malformed JSON), after the retries that are safe. Its subclass
+  `NotSent`: the connection failed before any byte of the request went out
+  (refused, DNS failure, TLS failure, connect timeout), so the service cannot
+  have received it; any other TransportError of an upload may have reached it.
 - `JobFailed`: the job ended `failed`, `timed_out` or `hacked`; `error` is the
   service's own text.
 - `WaitTimeout`: the job did not finish within the wait limit (it may still).
 
-Retries: reads (GET) are retried with backoff; the submission POST is retried
-only when the connection never opened, because a retried upload that the
-service did receive would be a second, duplicate submission.
+Retries: a connection that never opened is retried at once, twice, for any
+request; then reads (GET) are retried with backoff on the other transient
+failures, while the submission POST is not retried at all, because a retried
+upload that the service did receive would be a second, duplicate submission.
 
 The cli_id goes into one header and is scrubbed from any text the service
 echoes back, so no exception raised here can carry it.
@@ -63,6 +67,16 @@ class ApiError(ServiceError):
 
 class TransportError(ServiceError):
     """No usable answer: unreachable, timed out, dropped, or not JSON."""
+
+
+class NotSent(TransportError):
+    """The connection failed before the request began: nothing reached the service."""
+
+
+# The failures that come before any byte of a request is written: no connection
+# (refused, DNS, TLS handshake: httpx maps them all to ConnectError), none in time,
+# none free in the pool.
+NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class WaitTimeout(ServiceError):
@@ -240,7 +254,7 @@ class Client:
                     elif event == "result":
                         return self._parse_json(data)
         except httpx.HTTPError as exc:
-            raise TransportError(self._transport_text(exc)) from None
+            raise self._transport_error(exc) from None
         raise TransportError("the service closed the stream without a result")
 
     def _stream_error(self, data: str) -> ApiError:
@@ -256,12 +270,13 @@ class Client:
     # ---- plumbing --------------------------------------------------------
 
     def _read(self, path: str, params: dict | None = None) -> Any:
-        """A GET retried with backoff on transient failures."""
+        """A GET retried with backoff on transient failures (a refused connection, quickly:
+        a wrong address should not cost a minute of backoff)."""
         for attempt in range(self.read_retries + 1):
             try:
-                return self._once("GET", path, params=params)
+                return self._once("GET", path, params=params, retry_connect=True)
             except ServiceError as exc:
-                if not _transient(exc) or attempt == self.read_retries:
+                if not _transient(exc) or isinstance(exc, NotSent) or attempt == self.read_retries:
                     raise
                 self._sleep(self._backoff(attempt + 1, exc))
         raise AssertionError("unreachable")
@@ -274,13 +289,13 @@ class Client:
             try:
                 response = self._http.request(method, path, **kwargs)
                 break
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            except NOT_SENT_ERRORS as exc:
                 # Nothing was sent: retrying cannot duplicate anything.
                 if attempt == attempts - 1:
-                    raise TransportError(self._transport_text(exc)) from None
+                    raise self._transport_error(exc) from None
                 self._sleep(min(self.poll_interval, 1.0))
             except httpx.HTTPError as exc:
-                raise TransportError(self._transport_text(exc)) from None
+                raise self._transport_error(exc) from None
         if response.status_code >= 300:
             raise self._api_error(response)
         if not response.content:
@@ -309,10 +324,13 @@ class Client:
         return ApiError(response.status_code, self._scrub(_detail_text(detail)),
                         response.headers.get("Retry-After"))
 
-    def _transport_text(self, exc: Exception) -> str:
+    def _transport_error(self, exc: httpx.HTTPError) -> TransportError:
+        """NotSent when EXC came before the request began, else TransportError."""
         kind = type(exc).__name__
         text = self._scrub(str(exc)) or kind
-        return f"no usable answer from {self.api_url} ({kind}: {text})"
+        if isinstance(exc, NOT_SENT_ERRORS):
+            return NotSent(f"no connection to {self.api_url} ({kind}: {text}); nothing was sent")
+        return TransportError(f"no usable answer from {self.api_url} ({kind}: {text})")
 
     def _scrub(self, text: str) -> str:
         secret = self._cli_id.reveal()

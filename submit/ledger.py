@@ -3,7 +3,10 @@
 A row is written before the upload (status `sending`), given its submission id
 after the service's 202 (`submitted`), and completed with the outcome when the
 job ends. So a crash or Ctrl-C at any point leaves a row that says how far it
-got, and `qrsub submissions wait ID` can finish it. Each step is one
+got, and `qrsub submissions wait ID` can finish it. A row that never got its 202
+ends `not_sent` (nothing reached the service: no connection, or a GPU the
+leaderboard does not offer), `rejected` (the service refused the upload) or
+`unconfirmed` (the upload began, its answer was lost). Each step is one
 transaction; rows are never deleted (deleting a submission on the service only
 stamps `deleted_at`).
 

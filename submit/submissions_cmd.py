@@ -47,7 +47,14 @@ def submissions() -> None:
 @service_options
 def list_cmd(leaderboard: str | None, limit: int, local: bool, ledger_path: str | None,
              poll_interval: float, http_timeout: float) -> None:
-    """List submissions, with the variant of each one the ledger knows."""
+    """List submissions, with the variant of each one the ledger knows.
+
+    \b
+    Examples:
+      qrsub submissions list                     # the service's 20 newest
+      qrsub submissions list -l qr_v2 -n 5
+      qrsub submissions list --local             # the ledger: no network, no credentials
+    """
     from rich.table import Table
 
     ledger = open_ledger(ledger_path)
@@ -92,7 +99,13 @@ def _us(seconds: float | None) -> str:
 @service_options
 def show(submission_id: int, code: bool, ledger_path: str | None, poll_interval: float,
          http_timeout: float) -> None:
-    """Show one submission: its job, runs, per-case results and score."""
+    """Show one submission: its job, runs, per-case results and score.
+
+    \b
+    Examples:
+      qrsub submissions show 1234
+      qrsub submissions show 1234 --code         # and the file the service holds
+    """
     config = get_config()
     with _reported(), make_client(config, poll_interval, http_timeout) as client:
         sub = client.show(submission_id)
@@ -125,6 +138,11 @@ def wait(ctx: click.Context, submission_id: int, json_path: Path | None,
 
     Use it after Ctrl-C, --no-wait or a crash during `qrsub submit`. Exit status
     as for `qrsub submit`.
+
+    \b
+    Examples:
+      qrsub submissions wait 1234
+      qrsub submissions wait 1234 --json out.json
     """
     config = get_config()
     ledger = open_ledger(ledger_path)
@@ -148,7 +166,13 @@ def wait(ctx: click.Context, submission_id: int, json_path: Path | None,
 @service_options
 def delete(submission_id: int, force: bool, ledger_path: str | None, poll_interval: float,
            http_timeout: float) -> None:
-    """Delete one of your submissions from the service (the ledger keeps its record)."""
+    """Delete one of your submissions from the service (the ledger keeps its record).
+
+    \b
+    Examples:
+      qrsub submissions delete 1234              # asks first
+      qrsub submissions delete 1234 --force
+    """
     config = get_config()
     if not force:
         click.confirm(f"Delete submission {submission_id} from the service? "

@@ -2,10 +2,11 @@
 
 The steps, each a function below: load the file (qrsub's one build, for a
 variant), lint it (the service's hard rules cannot be forced past), settle the
-leaderboard and GPU against the file's `#!POPCORN` directives, record a ledger
-row, POST, then follow it (qrsub.submit.outcome, shared with `qrsub
-submissions`): poll with a live display and print the runs, the per-case tables
-and the geometric-mean score.
+leaderboard and GPU against the file's `#!POPCORN` directives (a dry run stops
+here: it reads no credentials and talks to no one), record a ledger row, ask
+the service which GPUs the leaderboard offers, POST, then follow it
+(qrsub.submit.outcome, shared with `qrsub submissions`): poll with a live
+display and print the runs, the per-case tables and the geometric-mean score.
 """
 from __future__ import annotations
 
@@ -18,16 +19,18 @@ from typing import Any
 
 import click
 
-from qrsub.rules import header_directives
-from qrsub.submit.client import CLI_ID_HEADER, MODES, Accepted, ApiError, Client, ServiceError, submission_path
-from qrsub.submit.config import HIDDEN, Config
+from qrsub.cli import DEFAULT_SUBMISSION
+from qrsub.rules import LEADERBOARD_GPUS, gpu_not_offered, header_directives, parse_directives
+from qrsub.submit.client import (CLI_ID_HEADER, MODES, Accepted, ApiError, Client, NotSent, ServiceError,
+                                 submission_path)
+from qrsub.submit.config import CLI_ID_ENV, URL_ENV, ConfigError, load_api_url
 from qrsub.submit.ledger import Ledger, LedgerError
 from qrsub.submit.outcome import (console, follow, get_config, make_client, open_ledger, outcome_of,
                                   render_outcome, service_options, write_json)
 
-DEFAULT_FILE = Path("build/submission.py")
+DEFAULT_FILE = Path(DEFAULT_SUBMISSION)
 DEFAULT_LEADERBOARD = "qr_v2"
-DEFAULT_GPU = "B200"
+DEFAULT_GPU = LEADERBOARD_GPUS[DEFAULT_LEADERBOARD][0]
 
 
 # ---- the file to send -------------------------------------------------------
@@ -48,6 +51,11 @@ class Source:
     def text(self) -> str:
         # Bad bytes survive as escapes: lint reports them, the directives still read.
         return self.content.decode("utf-8", errors="surrogateescape")
+
+    @property
+    def shown(self) -> str:
+        """How lint lines name it: a built variant's line numbers are the built file's."""
+        return f"{self.path} -> {self.file_name}" if self.knobs is not None else str(self.path)
 
 
 def load_source(path: Path) -> Source:
@@ -70,15 +78,23 @@ def variant_knobs(variant: Any) -> dict:
 
 # ---- lint: the service's rules, checked before anything is sent ------------
 
-def lint_problems(source: Source, leaderboard: str | None, gpu: str | None) -> list:
-    """qrsub.lint's problems, less 'directive missing' when the flags supply what is missing."""
-    from qrsub.lint import lint_bytes
+def lint_problems(source: Source, leaderboard: str | None, gpu: str | None,
+                  where: "Target | None" = None) -> list:
+    """qrsub.lint's problems, less 'directive missing' when the flags supply what is missing.
+    Given WHERE, its `gpu` check is of the GPU this goes to, not of every GPU the file lists."""
+    from qrsub.lint import Problem, lint_bytes
 
     problems = lint_bytes(source.content, source.file_name)
     present = header_directives(source.text)
     given = {"leaderboard": leaderboard, "gpu": gpu}
     if all(given[key] for key in given if key not in present):
         problems = [p for p in problems if p.rule != "directive-missing"]
+    if where is not None:
+        problems = [p for p in problems if p.rule != "gpu"]
+        why = gpu_not_offered(where.leaderboard, where.gpu)
+        if why:
+            line = next((d.line for d in parse_directives(source.text) if d.in_header and d.key == "gpu"), 1)
+            problems.append(Problem(line, "gpu", why, False))
     return problems
 
 
@@ -86,7 +102,7 @@ def report_problems(source: Source, problems: list, force: bool) -> None:
     """Print PROBLEMS; refuse on hard ones always, on the others unless --force."""
     for p in problems:
         kind = "error" if p.hard else "warning"
-        click.echo(f"{source.path}:{p.line}: {kind} [{p.rule}] {p.message}", err=True)
+        click.echo(f"{source.shown}:{p.line}: {kind} [{p.rule}] {p.message}", err=True)
     hard = [p for p in problems if p.hard]
     soft = [p for p in problems if not p.hard]
     if hard:
@@ -133,18 +149,27 @@ def resolve_target(text: str, leaderboard: str | None, gpu: str | None) -> Targe
 
 # ---- the command ---------------------------------------------------------------
 
-def _request_lines(config: Config, source: Source, target: Target, mode: str) -> list[str]:
-    """The request as it would go out, the cli_id hidden."""
-    url = config.api_url + submission_path(target.leaderboard, target.gpu, mode)
-    return [f"POST {url}",
-            f"  {CLI_ID_HEADER}: {HIDDEN}",
-            f"  multipart part 'file': {source.file_name} ({len(source.content):,} bytes, "
-            f"sha256 {source.sha256})",
-            f"leaderboard {target.leaderboard}, gpu {target.gpu} ({target.origin}), mode {mode}"]
+def _dry_run(source: Source, where: Target, mode: str, json_path: Path | None) -> None:
+    """Show the request that would go out, and stop: no credentials read, nothing sent."""
+    try:
+        api_url = load_api_url()
+        base, unset = api_url, ""
+    except ConfigError:
+        api_url, base = None, f"${URL_ENV}"
+        unset = f"  ({URL_ENV} is not set: set it before sending; docs/service.md says where it comes from)"
+    path = submission_path(where.leaderboard, where.gpu, mode)
+    click.echo("dry run: nothing sent, no credentials read. The request would be:")
+    click.echo("\n".join([
+        f"POST {base}{path}{unset}",
+        f"  {CLI_ID_HEADER}: your cli_id (from ${CLI_ID_ENV} or ~/.popcorn.yaml; not read in a dry run)",
+        f"  multipart part 'file': {source.file_name} ({len(source.content):,} bytes, sha256 {source.sha256})",
+        f"leaderboard {where.leaderboard}, gpu {where.gpu} ({where.origin}), mode {mode}",
+        f"endpoint path {path}"]))
+    write_json(json_path, {**_base_record(api_url, source, where, mode), "status": "dry_run"})
 
 
-def _base_record(config: Config, source: Source, target: Target, mode: str) -> dict:
-    return {"api_url": config.api_url, "file": str(source.path), "file_name": source.file_name,
+def _base_record(api_url: str | None, source: Source, target: Target, mode: str) -> dict:
+    return {"api_url": api_url, "file": str(source.path), "file_name": source.file_name,
             "file_sha256": source.sha256, "variant": source.variant, "knobs": source.knobs,
             "leaderboard": target.leaderboard, "gpu": target.gpu, "mode": mode}
 
@@ -152,8 +177,8 @@ def _base_record(config: Config, source: Source, target: Target, mode: str) -> d
 @click.command("submit", epilog="""\b
 Examples:
   qrsub submit                                  # build/submission.py, leaderboard mode
-  qrsub submit variants/champion.yaml --mode test
-  qrsub submit my.py --gpu B200 --mode benchmark --json out.json
+  qrsub submit variants/champion-b200.yaml --mode test
+  qrsub submit task/submission.py -l qr_v2 -g B200 -m benchmark --json out.json
   qrsub submit --dry-run                        # check and show the request; send nothing
   qrsub submit --no-wait && qrsub submissions wait ID
 
@@ -178,8 +203,8 @@ rejection, or a job that failed, timed out, was flagged, or did not pass;
 @click.option("--no-wait", is_flag=True, help="Return once the service accepts the file.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the outcome to this JSON file.")
-@click.option("--dry-run", is_flag=True, help="Do everything up to the request, print it, "
-              "send nothing.")
+@click.option("--dry-run", is_flag=True, help="Lint, settle leaderboard and GPU, print the request "
+              "and stop: needs no credentials, sends nothing.")
 @click.option("--force", is_flag=True, help="Submit despite lint warnings (never despite "
               "the service's own rules).")
 @service_options
@@ -196,15 +221,12 @@ def submit(ctx: click.Context, target: Path | None, leaderboard: str | None, gpu
     """
     mode = mode.lower()
     source = load_source(target or DEFAULT_FILE)
-    report_problems(source, lint_problems(source, leaderboard, gpu), force)
     where = resolve_target(source.text, leaderboard, gpu)
-    config = get_config()
-    record = _base_record(config, source, where, mode)
+    report_problems(source, lint_problems(source, leaderboard, gpu, where), force)
     if dry_run:
-        click.echo("dry run: nothing sent. The request would be:")
-        click.echo("\n".join(_request_lines(config, source, where, mode)))
-        write_json(json_path, {**record, "status": "dry_run"})
-        return
+        return _dry_run(source, where, mode, json_path)
+    config = get_config()
+    record = _base_record(config.api_url, source, where, mode)
     ledger = open_ledger(ledger_path)
     try:
         row_id = ledger.record_sending(
@@ -214,6 +236,7 @@ def submit(ctx: click.Context, target: Path | None, leaderboard: str | None, gpu
     except LedgerError as exc:
         raise click.ClickException(str(exc)) from None
     with make_client(config, poll_interval, http_timeout) as client:
+        _require_offered(client, ledger, row_id, where, json_path, record)
         if mode == "profile":
             return _profile(ctx, client, ledger, row_id, source, where, json_path, record)
         accepted = _send(client, ledger, row_id, source, where, mode, json_path, record)
@@ -226,6 +249,31 @@ def submit(ctx: click.Context, target: Path | None, leaderboard: str | None, gpu
             return
         follow(ctx, client, ledger, row_id, accepted.submission_id, mode,
                json_path, record)
+
+
+def _require_offered(client: Client, ledger: Ledger, row_id: int, where: Target,
+                     json_path: Path | None, record: dict) -> None:
+    """Ask the service which GPUs the leaderboard offers; refuse, before uploading, one it does not."""
+    try:
+        offered = [str(g) for g in client.gpus(where.leaderboard)]
+    except ServiceError as exc:
+        raise _not_sent(ledger, row_id, f"could not ask the service which GPUs {where.leaderboard} "
+                        f"offers: {exc}", json_path, record) from None
+    except KeyboardInterrupt:
+        ledger.mark_final(row_id, status="not_sent", error="interrupted before the upload")
+        raise click.exceptions.Exit(130) from None
+    if where.gpu not in offered:
+        raise _not_sent(ledger, row_id, f"{where.leaderboard} does not offer {where.gpu}; the service "
+                        f"offers {', '.join(offered) or 'no GPU'}: pick one with --gpu (and in the "
+                        f"file's `#!POPCORN gpu`)", json_path, record)
+
+
+def _not_sent(ledger: Ledger, row_id: int, error: str, json_path: Path | None,
+              record: dict) -> click.ClickException:
+    """Record that nothing was uploaded, and the error to show for it."""
+    ledger.mark_final(row_id, status="not_sent", error=error)
+    write_json(json_path, {**record, "status": "not_sent", "error": error})
+    return click.ClickException(f"not sent: {error}")
 
 
 def _send(client: Client, ledger: Ledger, row_id: int, source: Source, where: Target,
@@ -248,10 +296,12 @@ def _send(client: Client, ledger: Ledger, row_id: int, source: Source, where: Ta
 def _refused(ledger: Ledger, row_id: int, exc: ServiceError, json_path: Path | None,
              record: dict) -> click.ClickException:
     """Record a POST that got no 202, and the error to show for it."""
-    # Without a 202 we cannot know whether an upload that lost its answer arrived.
+    if isinstance(exc, NotSent):  # the connection failed before the upload began
+        return _not_sent(ledger, row_id, f"{exc}; sending again cannot make a duplicate", json_path, record)
+    # Once the upload began, an answer that never came leaves us not knowing whether it arrived.
     status = "rejected" if isinstance(exc, ApiError) else "unconfirmed"
-    hint = ("" if status == "rejected" else "\nThe service may have received it: check "
-            "`qrsub submissions list` before sending again.")
+    hint = ("" if status == "rejected" else "\nThe upload began, so the service may have received it: "
+            "check `qrsub submissions list` before sending again.")
     ledger.mark_final(row_id, status=status, error=str(exc))
     write_json(json_path, {**record, "status": status, "error": str(exc)})
     return click.ClickException(f"{exc}{hint}")

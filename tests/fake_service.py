@@ -424,6 +424,16 @@ def write_submission(directory, text: str = GOOD_SUBMISSION, name: str = "submis
     return path
 
 
+def closed_url() -> str:
+    """The URL of a port on 127.0.0.1 that nothing listens on: connecting is refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
 def cli_env(service: FakeService, tmp_path) -> dict:
     """Environment for a qrsub command against SERVICE, with its own ledger and home."""
     return {"POPCORN_API_URL": service.url, "POPCORN_CLI_ID": service.cli_id,

@@ -20,7 +20,7 @@ CHAMPION = ROOT / "variants" / "champion.yaml"
 
 VARIANT = """\
 leaderboard: qr_v2
-gpu: H200
+gpu: B200
 description: a test variant
 routes:
   - {name: small, n: [1, 63], panel: {width: 16}}
@@ -80,7 +80,7 @@ def build(tmp_path: Path, **modules) -> str:
 def test_directives_first_then_provenance(tmp_path):
     text = build(tmp_path)
     lines = text.splitlines()
-    assert lines[:2] == ["#!POPCORN leaderboard qr_v2", "#!POPCORN gpu H200"]
+    assert lines[:2] == ["#!POPCORN leaderboard qr_v2", "#!POPCORN gpu B200"]
     header = "\n".join(line for line in lines if line.startswith("#"))
     assert "# variant: test (a test variant)" in header
     assert "# extends: (none)" in header
@@ -326,8 +326,14 @@ def test_cli_build_and_lint(tmp_path):
     result = runner.invoke(main, ["build", str(CHAMPION), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "wrote" in result.output and out.is_file()
+    # The H200 champion builds, with the one warning that qr_v2 does not run on H200.
+    assert "warning: submission.py:2: gpu: qr_v2 runs on B200 only" in result.output
     result = runner.invoke(main, ["lint", str(out)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1
+    assert [line.split(": ")[1] for line in result.output.splitlines()] == ["gpu"]
+    result = runner.invoke(main, ["build", str(ROOT / "variants" / "champion-b200.yaml"), "-o", str(out)])
+    assert result.exit_code == 0 and "warning" not in result.output, result.output
+    assert runner.invoke(main, ["lint", str(out)]).exit_code == 0
 
 
 def test_cli_build_error_writes_nothing(tmp_path):

@@ -7,7 +7,10 @@ import pytest
 from click.testing import CliRunner
 
 from qrsub.cli import main
+from qrsub.cli.test import verdict
 from qrsub.harness import HARNESS_FILES, HarnessError, default_harness, select_cases
+from qrsub.localrun import CPU_MAX_N, Coverage, LocalRun, StageResult, timeout_message
+from qrsub.report import CaseResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harness"
 STARTER = default_harness() / "submission.py"
@@ -49,10 +52,11 @@ def test_starter_passes_with_json_and_keep(harness, tmp_path):
     assert code == 0, out
     assert "no GPU: running on the CPU" in out and "TRITON_INTERPRET=1" in out
     assert "POPCORN_SEED=" in out
-    assert "qr_v2 test (2 cases)" in out and "verdict: pass" in out and "PASS (test)" in out
+    assert "qr_v2 test (2 cases)" in out and "verdict: pass" in out and out.endswith("PASS (test: 2 of 2 cases)")
     assert "FAIL" not in out
     data = json.loads(out_json.read_text())
     assert data["passed"] is True and data["cpu"] is True and isinstance(data["seed"], int)
+    assert data["coverage"] == [{"stage": "test", "total": 2, "ran": 2, "over_max_n": 0, "unselected": 0}]
     [stage] = data["stages"]
     assert [c["status"] for c in stage["cases"]] == ["pass", "pass"]
     assert all(0 <= c["factor_margin"] < 1 for c in stage["cases"])
@@ -73,6 +77,15 @@ def test_leaderboard_mode_runs_three_stages_and_max_n_skips(harness):
         assert stage in out
     assert "mean CPU us" in out and "geomean (CPU timings):" in out
     assert "test: running 1 case(s); skipped (n > 8): #1 (2x16)" in out
+    assert out.endswith("PASS (test: 1 of 2 cases, 1 need a GPU; benchmark: 1 of 1 cases; "
+                        "leaderboard: 1 of 1 cases)")
+
+
+def test_a_cpu_run_says_how_much_it_covered():
+    """The real task.yml: without a GPU, the default --max-n leaves one test case of 22."""
+    code, out = qrsub_test("--local", STARTER)
+    assert code == 0, out
+    assert out.endswith("PASS (test: 1 of 22 cases, 21 need a GPU)")
 
 
 def test_leaderboard_mode_stops_after_failing_tests(harness):
@@ -81,7 +94,7 @@ def test_leaderboard_mode_stops_after_failing_tests(harness):
     assert code == 1
     assert "qr_v2 test (2 cases)" in out and "benchmark" not in out.split("qr_v2 test")[1]
     assert "case 1: R - Q.T @ A is too large: matrix=" in out
-    assert "FAIL (leaderboard)" in out
+    assert out.endswith("FAIL (test: 2 of 2 cases)")  # the ranked run stopped there
 
 
 @pytest.mark.parametrize("fixture,line", [
@@ -97,14 +110,18 @@ def test_broken_submission_gets_one_clear_line(harness, fixture, line):
     assert code == 1
     assert line in out
     assert "Traceback" not in out
-    assert "FAIL (test)" in out
+    assert out.endswith("FAIL (test: 1 of 2 cases, 1 not selected)")
 
 
 def test_hang_is_killed_at_the_timeout(harness):
     code, out = qrsub_test("--local", FIXTURES / "hang.py", "--harness", harness,
                            "--cases", "0", "--timeout", "4")
     assert code == 1
-    assert "case 0: timed out: the run was killed after 4 s" in out
+    # Without a GPU a timeout is the interpreter's, and the verdict is not a kernel's failure.
+    interpreter = "timed out after 4 s in Triton's CPU interpreter; a GPU runs this case in milliseconds"
+    assert f"case 0: {interpreter}" in out
+    assert out.endswith(f"verdict: unfinished UNFINISHED (test: 1 of 2 cases, 1 not selected; "
+                        f"case 0 (2x8) {interpreter})")
 
 
 def test_compile_pass_failure_is_reported_and_evaluation_goes_on(harness):
@@ -145,7 +162,7 @@ def test_a_route_that_fell_back_fails_the_variant(harness, tmp_path):
     assert code == 1
     assert "verdict: pass" in out  # the harness passes geqrf's answer; the variant was not tested
     assert FALLBACK_LINE in out
-    assert "FAIL (test; 1 route(s) fell back to torch.geqrf)" in out
+    assert out.endswith("FAIL (test: 2 of 2 cases; 1 route(s) fell back to torch.geqrf)")
     data = json.loads(out_json.read_text())
     assert (data["passed"], data["harness_passed"]) == (False, True)
     assert data["fallbacks"] == [{"route": "big", "reason": FALLBACK_LINE.split("torch.geqrf: ", 1)[1]}]
@@ -154,7 +171,7 @@ def test_a_route_that_fell_back_fails_the_variant(harness, tmp_path):
 def test_allow_fallback_passes_but_still_reports_it(harness):
     code, out = qrsub_test("--local", FALLS_BACK, "--harness", harness, "--allow-fallback")
     assert code == 0, out
-    assert FALLBACK_LINE in out and "PASS (test)" in out
+    assert FALLBACK_LINE in out and out.endswith("PASS (test: 2 of 2 cases)")
 
 
 # ------------------------------------------------------- fast error paths
@@ -185,6 +202,47 @@ def test_help_teaches_with_examples():
     for text in ("--local", "--cases 0,3-5", "n=512,case=mixed", "--seed", "--harness", "--max-n",
                  "--allow-fallback"):
         assert text in out
+    # What the CPU default is (localrun's constant), and what the interpreter can do and costs.
+    for text in (f"only the cases with n <= --max-n run, {CPU_MAX_N} by default",
+                 f"(default without a GPU: {CPU_MAX_N};", "Triton's interpreter (TRITON_INTERPRET=1)",
+                 "40x176 did not finish in 500 s", "UNFINISHED"):
+        assert text in out
+    assert "n <= 512" not in out
+
+
+# ------------------------------------------------------------ the last line
+
+def _case(index: int, status: str, error: str | None = None) -> CaseResult:
+    return CaseResult(index=index, spec={"batch": 40, "n": 176}, status=status, error=error)
+
+
+def _run(cpu: bool, cases: list, timed_out: bool = False, coverage=(Coverage("test", 22, 2, 20),)) -> LocalRun:
+    stage = StageResult(mode="test", cases=cases, exit_code=None if timed_out else 0, timed_out=timed_out,
+                        timeout_s=500, cpu=cpu)
+    return LocalRun(mode="test", stages=[stage], cpu=cpu, coverage=list(coverage))
+
+
+def test_a_timeout_is_the_interpreters_only_without_a_gpu():
+    assert timeout_message(500, cpu=True) == ("timed out after 500 s in Triton's CPU interpreter; "
+                                              "a GPU runs this case in milliseconds")
+    assert timeout_message(500, cpu=False) == "timed out: the run was killed after 500 s"
+    for cpu, word in ((True, "UNFINISHED"), (False, "FAIL")):
+        run = _run(cpu, [_case(0, "pass"), _case(1, "fail", timeout_message(500, cpu))], timed_out=True)
+        assert verdict(run, False, False) == (word, f"test: 2 of 22 cases, 20 {'need a GPU' if cpu else 'over --max-n'}; "
+                                                    f"case 1 (40x176) {timeout_message(500, cpu)}")
+
+
+def test_a_real_failure_beside_a_timeout_is_a_failure():
+    run = _run(True, [_case(0, "fail", "H contains NaN or Inf"), _case(1, "fail", timeout_message(500, True))],
+               timed_out=True)
+    assert verdict(run, False, False)[0] == "FAIL"
+
+
+def test_a_stage_with_no_case_small_enough_is_unfinished():
+    run = _run(True, [_case(0, "pass")], coverage=(Coverage("test", 22, 1, 21), Coverage("benchmark", 12, 0, 12)))
+    run.mode = "leaderboard"
+    assert verdict(run, run.passed, False) == ("UNFINISHED", "test: 1 of 22 cases, 21 need a GPU; "
+                                                             "benchmark: 0 of 12 cases, 12 need a GPU")
 
 
 # ------------------------------------------------------------ selection

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from fake_service import CLI_ID, GOOD_SUBMISSION, STREAM_DETAIL, FakeService
+from fake_service import CLI_ID, GOOD_SUBMISSION, STREAM_DETAIL, FakeService, closed_url
 
-from qrsub.submit.client import (ApiError, Client, JobFailed, TransportError, WaitTimeout,
+from qrsub.submit.client import (ApiError, Client, JobFailed, NotSent, TransportError, WaitTimeout,
                                  submission_path)
 from qrsub.submit.config import CliId, ConfigError, load_config
 
@@ -189,9 +189,10 @@ def test_server_error_on_upload_is_not_retried(service, client):
 
 
 def test_dropped_upload_is_a_transport_error_not_a_retry(service, client):
-    service.fault("POST", "/submission/", "drop")
-    with pytest.raises(TransportError):
+    service.fault("POST", "/submission/", "drop")  # the server reads the whole upload, then hangs up
+    with pytest.raises(TransportError) as err:
         submit(client)
+    assert not isinstance(err.value, NotSent)  # it began: the service may have it
     assert len(service.requests("POST")) == 1
 
 
@@ -205,12 +206,32 @@ def test_wrong_identity_is_refused_and_echoed_secrets_are_scrubbed(service):
     assert CLI_ID not in str(err.value) and "<hidden>" in str(err.value)
 
 
-def test_unreachable_service_is_a_transport_error():
-    with FakeService() as svc:
-        url = svc.url
+def test_a_refused_connection_is_not_sent():
+    url = closed_url()
     with Client(url, CliId(CLI_ID), poll_interval=0.001, timeout=0.5) as c:
-        with pytest.raises(TransportError, match="no usable answer"):
+        with pytest.raises(NotSent, match=f"no connection to {url} \\(ConnectError: .*\\); nothing was sent"):
+            submit(c)
+        with pytest.raises(NotSent):
             c.gpus("qr_v2")
+        with pytest.raises(NotSent):
+            c.submit_streaming("qr_v2", "B200", "profile", "submission.py", CODE)
+
+
+def test_a_refused_read_fails_fast_instead_of_backing_off():
+    slept = []
+    with Client(closed_url(), CliId(CLI_ID), poll_interval=5.0, sleep=slept.append) as c:
+        with pytest.raises(NotSent):
+            c.gpus("qr_v2")
+    assert slept == [1.0, 1.0]  # two quick reconnects, not 10 + 20 + 40 s of backoff
+
+
+def test_a_failed_tls_handshake_is_not_sent(service):
+    # https to a server that speaks plain HTTP: the handshake fails before the request is written.
+    with Client(service.url.replace("http://", "https://"), CliId(CLI_ID), poll_interval=0.001,
+                timeout=2.0) as c:
+        with pytest.raises(NotSent, match="ConnectError"):
+            submit(c)
+    assert not service.requests("POST")
 
 
 # ---- the other endpoints ---------------------------------------------------------------

@@ -46,6 +46,14 @@ def test_readme_links_every_document():
     assert set(DOCS) <= linked
 
 
+def test_readme_says_how_to_get_set_up_to_submit_and_what_the_interpreter_costs():
+    text = " ".join((ROOT / "README.md").read_text().split())
+    submitting = text.split("## Submitting")[1]
+    for needed in ("popcorn register", "POPCORN_API_URL", "(docs/service.md#getting-set-up)", "--dry-run"):
+        assert needed in submitting, needed
+    assert "40x176 did not finish in 500 s on a 2-core machine" in text
+
+
 def test_measurements_shows_its_plot():
     text = (ROOT / "docs" / "measurements.md").read_text()
     assert re.search(r"!\[[^\]]+\]\(bench-knobs-h200\.png\)", text)

@@ -1,13 +1,18 @@
 """`qrsub lint`: each rule on a crafted bad file."""
 from click.testing import CliRunner
 
-from qrsub.lint import lint_bytes, lint_text
-from qrsub.rules import MAX_BYTES, header_directives
+from pathlib import Path
+
 from qrsub.cli import main
+from qrsub.harness import load_task
+from qrsub.lint import lint_bytes, lint_text
+from qrsub.rules import LEADERBOARD_GPUS, MAX_BYTES, header_directives
+
+VARIANTS = Path(__file__).resolve().parent.parent / "variants"
 
 GOOD = """\
 #!POPCORN leaderboard qr_v2
-#!POPCORN gpu H200
+#!POPCORN gpu B200
 # a comment in the block
 import math
 
@@ -66,8 +71,8 @@ def test_directive_without_argument():
 
 
 def test_unknown_directive():
-    assert (2, "directive", True) in rules(GOOD.replace("#!POPCORN gpu H200", "#!POPCORN gpux H200"))
-    assert (2, "directive", True) in rules(GOOD.replace("#!POPCORN gpu H200", "#!POPCORN"))
+    assert (2, "directive", True) in rules(GOOD.replace("#!POPCORN gpu B200", "#!POPCORN gpux B200"))
+    assert (2, "directive", True) in rules(GOOD.replace("#!POPCORN gpu B200", "#!POPCORN"))
 
 
 def test_duplicate_directive_including_gpu_and_gpus():
@@ -82,7 +87,7 @@ def test_cpp_style_directives_count():
 
 def test_only_the_first_comment_block_holds_directives():
     # A blank line ends the block: the gpu directive after it is ignored by the service.
-    text = GOOD.replace("#!POPCORN gpu H200\n", "\n#!POPCORN gpu H200\n")
+    text = GOOD.replace("#!POPCORN gpu B200\n", "\n#!POPCORN gpu B200\n")
     found = rules(text)
     assert (3, "directive-placement", False) in found
     assert (1, "directive-missing", False) in found
@@ -90,6 +95,18 @@ def test_only_the_first_comment_block_holds_directives():
 
 
 # --- ours (soft) --------------------------------------------------------------
+
+
+def test_a_gpu_the_leaderboard_does_not_offer_is_a_warning():
+    problems = lint_text(GOOD.replace("gpu B200", "gpus H100 B200 H200"), "submission.py")
+    found = [(p.line, p.hard, p.message.split(", so")[0], p.message.split("refuses ")[1][:4]) for p in problems]
+    assert found == [(2, False, "qr_v2 runs on B200 only", "H100"), (2, False, "qr_v2 runs on B200 only", "H200")]
+    assert "`#!POPCORN gpu B200`" in problems[0].message  # the fix
+    assert rules(GOOD.replace("leaderboard qr_v2", "leaderboard other_lb").replace("gpu B200", "gpu H200")) == []
+
+
+def test_the_known_gpus_are_task_ymls():
+    assert LEADERBOARD_GPUS["qr_v2"] == tuple(load_task()["gpus"])
 
 
 def test_does_not_compile():
@@ -132,6 +149,23 @@ def test_cli_clean_file_exits_zero(tmp_path):
     path = tmp_path / "sub.py"
     path.write_text(GOOD)
     assert CliRunner().invoke(main, ["lint", str(path)]).exit_code == 0
+
+
+def test_cli_warns_for_the_h200_champion_on_qr_v2():
+    result = CliRunner().invoke(main, ["lint", str(VARIANTS / "champion.yaml")])
+    assert result.exit_code == 1
+    assert "champion.yaml -> submission.py:2: gpu: qr_v2 runs on B200 only, so the service refuses H200" \
+        in result.output
+    assert CliRunner().invoke(main, ["lint", str(VARIANTS / "champion-b200.yaml")]).exit_code == 0
+
+
+def test_cli_on_a_variant_that_does_not_build_says_what_is_wrong_and_nothing_about_writing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"extends: {VARIANTS / 'geqrf.yaml'}\nroutes:\n  - {{name: rest, driver: cusolver}}\n")
+    result = CliRunner().invoke(main, ["lint", str(bad)])
+    assert result.exit_code == 1
+    assert "bad.yaml:3:" in result.output and "driver" in result.output
+    assert "written" not in result.output  # lint writes nothing, so it says nothing about it
 
 
 def test_the_service_reads_the_first_directive_of_each_kind_in_the_header_only():

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_service import (CLI_ID, GOOD_SUBMISSION, STREAM_DETAIL, FakeService, cli_env,
+from fake_service import (CLI_ID, GOOD_SUBMISSION, STREAM_DETAIL, FakeService, cli_env, closed_url,
                           write_submission)
 
 from qrsub.cli import main
+from qrsub.submit.client import Client
 from qrsub.submit.ledger import Ledger
 
 VARIANTS = Path(__file__).resolve().parent.parent / "variants"
@@ -95,7 +96,7 @@ def test_no_wait_returns_after_the_202(service, env, ledger, sub_file):
     sid = ledger.rows()[0].submission_id
     assert f"qrsub submissions wait {sid}" in result.output
     assert ledger.rows()[0].status == "submitted"
-    assert not service.requests("GET")
+    assert [r.path for r in service.requests("GET")] == ["/gpus/qr_v2"]  # asked, never polled
 
 
 def test_profile_mode_uses_the_stream(service, env, ledger, sub_file):
@@ -140,11 +141,35 @@ def test_dry_run_sends_nothing_and_hides_the_secret(service, env, sub_file, tmp_
     result = qrsub(env, "submit", sub_file, "--dry-run", "--mode", "test", "--json", out_json)
     assert result.exit_code == 0, result.output
     assert f"POST {service.url}/submission/qr_v2/B200/test" in result.output
-    assert "X-Popcorn-Cli-Id: <hidden>" in result.output
+    assert "X-Popcorn-Cli-Id: your cli_id" in result.output
     assert not service.seen
     assert not Path(env["QRSUB_LEDGER"]).exists()
     data = json.loads(out_json.read_text())
     assert data["status"] == "dry_run" and CLI_ID not in out_json.read_text()
+
+
+def test_dry_run_needs_no_credentials(service, env, sub_file):
+    # No URL, no cli_id, and a ~/.popcorn.yaml that would be an error to read.
+    home = Path(env["HOME"])
+    home.mkdir(parents=True)
+    (home / ".popcorn.yaml").write_text("cli_id: [not yaml\n")
+    bare = {**env, "POPCORN_API_URL": None, "POPCORN_CLI_ID": None}
+    result = qrsub(bare, "submit", sub_file, "--dry-run", "--mode", "benchmark")
+    assert result.exit_code == 0, result.output
+    size = len(GOOD_SUBMISSION.encode())
+    for shown in ("POST $POPCORN_API_URL/submission/qr_v2/B200/benchmark", "POPCORN_API_URL is not set",
+                  f"submission.py ({size:,} bytes", "leaderboard qr_v2, gpu B200 (from the file's directives), "
+                  "mode benchmark", "endpoint path /submission/qr_v2/B200/benchmark"):
+        assert shown in result.output
+    assert not service.seen and not Path(env["QRSUB_LEDGER"]).exists()
+    sent = qrsub(bare, "submit", sub_file)  # the same without --dry-run needs them
+    assert sent.exit_code == 1 and "POPCORN_API_URL is not set" in sent.output
+
+
+def test_dry_run_still_lints(service, env, tmp_path):
+    path = write_submission(tmp_path, GOOD_SUBMISSION + "# a stream\n")
+    result = qrsub({**env, "POPCORN_API_URL": None, "POPCORN_CLI_ID": None}, "submit", path, "--dry-run")
+    assert result.exit_code == 1 and "[stream]" in result.output and "POST" not in result.output
 
 
 def test_directives_supply_the_defaults(service, env, tmp_path):
@@ -226,17 +251,88 @@ def test_rate_limit_is_shown_with_when_to_retry(service, env, ledger, sub_file, 
     assert json.loads(out_json.read_text())["status"] == "rejected"
 
 
-def test_gpu_not_offered_is_the_services_rejection(service, env, ledger, tmp_path):
-    path = write_submission(tmp_path, GOOD_SUBMISSION.replace("gpu B200", "gpu H100"))
+def test_a_gpu_the_leaderboard_is_not_known_to_offer_is_a_lint_warning(service, env, tmp_path):
+    path = write_submission(tmp_path, GOOD_SUBMISSION.replace("gpu B200", "gpu H200"))
     result = qrsub(env, "submit", path)
-    assert result.exit_code == 1 and "GPU H100 not available" in result.output
-    assert ledger.rows()[0].status == "rejected"
+    assert result.exit_code == 1
+    assert f"{path}:2: warning [gpu] qr_v2 runs on B200 only, so the service refuses H200" in result.output
+    assert not service.seen
+
+
+def test_the_h200_champion_is_warned_with_the_built_files_line(service, env):
+    result = qrsub(env, "submit", VARIANTS / "champion.yaml", "--mode", "test")
+    assert result.exit_code == 1 and not service.seen
+    assert f"{VARIANTS / 'champion.yaml'} -> champion.py:2: warning [gpu] qr_v2 runs on B200 only" in result.output
+
+
+def test_a_gpu_the_service_does_not_offer_is_refused_before_the_upload(service, env, ledger, tmp_path):
+    path = write_submission(tmp_path, GOOD_SUBMISSION.replace("gpu B200", "gpu H200"))
+    result = qrsub(env, "submit", path, "--force", "--json", tmp_path / "o.json")
+    assert result.exit_code == 1
+    assert "not sent: qr_v2 does not offer H200; the service offers B200: pick one with --gpu" in result.output
+    assert [r.path for r in service.seen] == ["/gpus/qr_v2"]  # asked, never uploaded
+    assert ledger.rows()[0].status == "not_sent" and "does not offer H200" in ledger.rows()[0].error
+    assert json.loads((tmp_path / "o.json").read_text())["status"] == "not_sent"
+
+
+def test_the_services_list_of_gpus_decides(env, ledger, tmp_path):
+    with FakeService(gpus=("B200", "H200")) as svc:  # the service offers more than rules.py knows
+        path = write_submission(tmp_path, GOOD_SUBMISSION.replace("gpu B200", "gpu H200"))
+        result = qrsub({**env, "POPCORN_API_URL": svc.url}, "submit", path, "--force", "--no-wait")
+        assert result.exit_code == 0, result.output
+        assert [r.path for r in svc.requests("POST")] == ["/submission/qr_v2/H200/leaderboard"]
+    with FakeService(gpus=("MI300X",)) as svc:  # and less
+        result = qrsub({**env, "POPCORN_API_URL": svc.url}, "submit", write_submission(tmp_path))
+        assert result.exit_code == 1 and "does not offer B200; the service offers MI300X" in result.output
+        assert not svc.requests("POST")
+
+
+def test_a_refused_connection_is_not_sent(env, ledger, sub_file, tmp_path):
+    url = closed_url()
+    result = qrsub({**env, "POPCORN_API_URL": url}, "submit", sub_file, "--json", tmp_path / "o.json")
+    assert result.exit_code == 1
+    assert f"not sent: could not ask the service which GPUs qr_v2 offers: no connection to {url}" in result.output
+    assert "qrsub submissions list" not in result.output  # nothing to look for there
+    row = ledger.rows()[0]
+    assert row.status == "not_sent" and "nothing was sent" in row.error
+    assert json.loads((tmp_path / "o.json").read_text())["status"] == "not_sent"
+
+
+@pytest.mark.parametrize("mode", ["leaderboard", "profile"])
+def test_an_upload_whose_connection_fails_before_it_began_is_not_sent(env, ledger, sub_file, monkeypatch,
+                                                                      mode):
+    monkeypatch.setattr(Client, "gpus", lambda self, leaderboard: ["B200"])  # the service answered that
+    url = closed_url()  # then went away
+    result = qrsub({**env, "POPCORN_API_URL": url}, "submit", sub_file, "--mode", mode)
+    assert result.exit_code == 1
+    assert f"not sent: no connection to {url} (ConnectError" in result.output
+    assert "sending again cannot make a duplicate" in result.output
+    assert "qrsub submissions list" not in result.output
+    assert ledger.rows()[0].status == "not_sent"
+
+
+def test_ctrl_c_before_the_upload_is_not_sent(service, env, ledger, sub_file, monkeypatch):
+    def interrupted(self, leaderboard):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Client, "gpus", interrupted)
+    result = qrsub(env, "submit", sub_file)
+    assert result.exit_code == 130 and not posts(service)
+    assert (ledger.rows()[0].status, ledger.rows()[0].error) == ("not_sent", "interrupted before the upload")
+
+
+def test_a_failed_tls_handshake_is_not_sent(service, env, ledger, sub_file):
+    https = service.url.replace("http://", "https://")  # the fake service speaks plain HTTP
+    result = qrsub({**env, "POPCORN_API_URL": https}, "submit", sub_file)
+    assert result.exit_code == 1 and "not sent: " in result.output and "ConnectError" in result.output
+    assert ledger.rows()[0].status == "not_sent"
 
 
 def test_a_lost_upload_answer_is_unconfirmed(service, env, ledger, sub_file):
-    service.fault("POST", "/submission/", "drop")
+    service.fault("POST", "/submission/", "drop")  # reads the whole upload, then hangs up
     result = qrsub(env, "submit", sub_file)
-    assert result.exit_code == 1 and "qrsub submissions list" in result.output
+    assert result.exit_code == 1 and "not sent" not in result.output
+    assert "The upload began, so the service may have received it: check `qrsub submissions list` " \
+           "before sending again." in " ".join(result.output.split())
     assert ledger.rows()[0].status == "unconfirmed"
 
 

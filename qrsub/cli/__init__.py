@@ -10,6 +10,9 @@ import importlib
 
 import click
 
+# Where `qrsub build` writes; `qrsub test` and `qrsub submit` take it by default.
+DEFAULT_SUBMISSION = "build/submission.py"
+
 # name -> "module:attribute"; each command module owns one command (or group).
 # The commands that talk to the service live with its client in qrsub.submit.
 COMMANDS: dict[str, str] = {
@@ -56,9 +59,11 @@ def main() -> None:
     """qrsub: build, test, benchmark and submit qr_v2 (batched Householder QR) submissions.
 
     \b
-    Typical flow:
-      qrsub build variants/champion.yaml      # -> build/submission.py
-      qrsub test --local                      # the service's harness, on this machine
+    Examples:
+      qrsub build variants/champion-b200.yaml  # -> build/submission.py
+      qrsub test --local                       # the service's harness, on this machine
       qrsub bench variants/champion.yaml variants/geqrf.yaml
-      qrsub submit --leaderboard qr_v2        # the service's API, with a local ledger
+      qrsub submit --mode test                 # the service's API, with a local ledger
+
+    That is the typical flow; every command's --help has its own examples.
     """

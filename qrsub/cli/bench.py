@@ -43,9 +43,9 @@ def bench(candidates, selector, budget, target, min_reps, max_reps, json_path, p
     \b
     Examples:
       qrsub bench variants/champion.yaml variants/geqrf.yaml
-      qrsub bench build/submission.py my_try.py --cases n=512 --budget 60
-      qrsub bench variants/champion.yaml variants/bn32.yaml --json out.json --plot out.png
-      qrsub bench A.yaml B.yaml --dry-run          # the plan, no GPU needed
+      qrsub bench build/submission.py task/submission.py --cases n=512 --budget 60
+      qrsub bench variants/champion.yaml variants/champion-nograph.yaml --json out.json --plot out.png
+      qrsub bench variants/champion.yaml variants/b200.yaml --dry-run   # the plan, no GPU needed
     """
     from qrsub.harness import HarnessError, cases_for, load_task, select_cases
 

@@ -6,14 +6,12 @@ from pathlib import Path
 
 import click
 
-from qrsub.cli import build_or_fail
-
-DEFAULT_OUT = "build/submission.py"
+from qrsub.cli import DEFAULT_SUBMISSION, build_or_fail
 
 
 @click.command("build")
 @click.argument("variant", metavar="VARIANT")
-@click.option("-o", "--out", default=DEFAULT_OUT, show_default=True,
+@click.option("-o", "--out", default=DEFAULT_SUBMISSION, show_default=True,
               help="Where to write the submission ('-' for standard output).")
 def build(variant: str, out: str) -> None:
     """Build VARIANT (a variants/*.yaml path or a bare name) into one submission file.

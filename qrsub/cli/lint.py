@@ -17,15 +17,17 @@ def lint(files: tuple[str, ...]) -> None:
     .cpp), directive (the first comment block: `#!POPCORN leaderboard NAME`,
     `#!POPCORN gpu NAME`; no argument, unknown or repeated). Those lines end in
     [refused by the service]. Ours: syntax, custom-kernel, task-import, import
-    (torch, triton, stdlib and task only), directive-placement, directive-missing.
+    (torch, triton, stdlib and task only), directive-placement, directive-missing,
+    gpu (a `#!POPCORN gpu` the leaderboard is not known to offer, as
+    qrsub/rules.py lists them; `qrsub submit` asks the service itself).
     A variant (.yaml) is built in memory and its submission linted.
     Exits 1 when there is any problem.
 
     \b
     Examples:
       qrsub lint build/submission.py
-      qrsub lint variants/champion.yaml
-      qrsub lint task/submission.py my_kernel.py
+      qrsub lint variants/champion.yaml        # the H200 champion: a gpu warning
+      qrsub lint task/submission.py variants/b200.yaml
     """
     from qrsub.cli import build_or_fail
     from qrsub.lint import lint_bytes

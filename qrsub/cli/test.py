@@ -9,7 +9,48 @@ from pathlib import Path
 
 import click
 
-DEFAULT_SUBMISSION = "build/submission.py"
+from qrsub.cli import DEFAULT_SUBMISSION
+from qrsub.localrun import CPU_MAX_N
+
+HELP = f"""Run SUBMISSION (default {DEFAULT_SUBMISSION}) through the qr_v2 harness.
+
+The harness files are laid beside the submission in a fresh directory and
+`eval.py` runs exactly as on the service (POPCORN_FD report, POPCORN_SEED,
+task.yml's timeouts). A variant .yaml is built first.
+
+Without a GPU the Triton kernels run on the CPU, through Triton's interpreter
+(TRITON_INTERPRET=1). It runs the same kernels, checked by the same harness,
+but it executes each program instance in Python: minutes where a GPU takes
+milliseconds. So without a GPU only the cases with n <= --max-n run,
+{CPU_MAX_N} by default: the 20x32 case, 1 to 2 minutes on a 2-core machine.
+40x176 did not finish in 500 s there, and the larger cases need a GPU. A larger
+--max-n needs a larger --timeout; a case the interpreter does not finish in
+time is reported in those words, not as a wrong answer. The last line says how
+many cases ran and how many need a GPU.
+
+A route whose kernels failed at their first launch and fell back to
+torch.geqrf passes the harness (geqrf is correct) but did not test the
+variant: it is reported with its reason and fails the run, unless
+--allow-fallback.
+
+\b
+Examples:
+  qrsub test --local                               # {DEFAULT_SUBMISSION}
+  qrsub test --local task/submission.py            # the starter (torch.geqrf)
+  qrsub test --local variants/champion.yaml        # build, then test
+  qrsub test --local --cases 0,3-5                 # some cases by index
+  qrsub test --local --cases n=512,case=mixed      # filters, combinable
+  qrsub test --local --mode benchmark --json out.json
+  qrsub test --local --mode leaderboard --seed random
+  qrsub test --local --mode benchmark --max-repeats 5    # quick CPU smoke run
+  qrsub test --local --cases 1 --max-n 176 --timeout 1800   # 40x176 without a GPU: over 500 s
+  qrsub test --local --harness task                # a harness folder (this one is the default)
+
+The last line is PASS, FAIL, or without a GPU UNFINISHED: nothing failed, but
+a case ran out of the interpreter's time, or a stage had no case small enough
+to run. Exit status 0 only when every case that ran passed and no route fell
+back (or --allow-fallback).
+"""
 
 
 def _parse_seed(value: str | None) -> int | None:
@@ -48,6 +89,7 @@ def _json_payload(run, submission: Path, passed: bool) -> dict:
         "compile": {"ok": run.compile.ok, "message": run.compile.message},
         "fallbacks": [{"route": f.route, "reason": f.reason} for f in run.fallbacks],
         "skipped": [{"stage": m, "index": i, "spec": s} for m, i, s in run.skipped],
+        "coverage": [dict(vars(c), unselected=c.unselected) for c in run.coverage],
         "stages": [report_to_json(st.cases, st.mode, exit_code=st.exit_code,
                                   timed_out=st.timed_out, cpu_timings=run.cpu)
                    for st in run.stages],
@@ -55,10 +97,10 @@ def _json_payload(run, submission: Path, passed: bool) -> dict:
 
 
 def _describe_skipped(skipped) -> str:
-    return ", ".join(f"#{index} ({spec['batch']}x{spec['n']})" for index, spec in skipped)
+    return ", ".join(f"#{index} ({_shape(spec)})" for index, spec in skipped)
 
 
-@click.command("test")
+@click.command("test", help=HELP)
 @click.argument("submission", default=DEFAULT_SUBMISSION, metavar="[SUBMISSION]")
 @click.option("--local", "local", is_flag=True, help="Run the harness on this machine (required for now).")
 @click.option("--mode", type=click.Choice(["test", "benchmark", "leaderboard", "profile"]),
@@ -70,7 +112,8 @@ def _describe_skipped(skipped) -> str:
 @click.option("--harness", type=click.Path(exists=True, file_okay=False),
               help="Another copy of the harness files (task.py, utils.py, reference.py, eval.py[, task.yml]).")
 @click.option("--timeout", type=float, metavar="S", help="Per-stage timeout in seconds (default: task.yml's).")
-@click.option("--max-n", type=int, metavar="N", help="Largest n to run without a GPU (default 64: the interpreter is slow; raise it with a larger --timeout).")
+@click.option("--max-n", type=int, metavar="N",
+              help=f"Largest n to run (default without a GPU: {CPU_MAX_N}; what the interpreter costs is above).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Also write the results as JSON.")
 @click.option("--keep", is_flag=True, help="Keep the run directory and print its path.")
@@ -80,39 +123,13 @@ def _describe_skipped(skipped) -> str:
               help="Pass even when a route fell back to torch.geqrf (it is still reported).")
 def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, json_path, keep,
          max_repeats, allow_fallback):
-    """Run SUBMISSION (default build/submission.py) through the qr_v2 harness.
-
-    The harness files are laid beside the submission in a fresh directory and
-    `eval.py` runs exactly as on the service (POPCORN_FD report, POPCORN_SEED,
-    task.yml's timeouts). A variant .yaml is built first. Without a GPU the
-    cases with n <= 512 run on the CPU (Triton through its interpreter).
-
-    A route whose kernels failed at their first launch and fell back to
-    torch.geqrf passes the harness (geqrf is correct) but did not test the
-    variant: it is reported with its reason and fails the run, unless
-    --allow-fallback.
-
-    \b
-    Examples:
-      qrsub test --local                               # build/submission.py, 22 tests
-      qrsub test --local task/submission.py            # the starter (torch.geqrf)
-      qrsub test --local variants/champion.yaml        # build, then test
-      qrsub test --local --cases 0,3-5                 # some cases by index
-      qrsub test --local --cases n=512,case=mixed      # filters, combinable
-      qrsub test --local --mode benchmark --json out.json
-      qrsub test --local --mode leaderboard --seed random
-      qrsub test --local --mode benchmark --max-repeats 5    # quick CPU smoke run
-      qrsub test --local --harness ~/reference-kernels/problems/qr_v2
-
-    Exit status 0 only when every case that ran passed and no route fell back
-    (or --allow-fallback).
-    """
+    """The `qrsub test` command; its help is HELP."""
     from qrsub.console import make_console
     from rich.markup import escape
 
     from qrsub.files import write_atomic
     from qrsub.harness import HarnessError
-    from qrsub.localrun import CPU_MAX_N, has_gpu, run_local
+    from qrsub.localrun import has_gpu, run_local
     from qrsub.report import render_cases
 
     if not local:
@@ -142,10 +159,11 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
         console.print(line)
 
     def show_stage(stage) -> None:
-        notes = [f"timed out after {stage.timeout_s:g} s"] if stage.timed_out else []
+        notes = [stage.timeout_message] if stage.timed_out else []
         render_cases(stage.cases, stage.mode, console=console, cpu_timings=cpu,
                      title=f"qr_v2 {stage.mode} ({len(stage.cases)} cases)",
-                     verdict_text="pass" if stage.passed else "fail", notes=notes)
+                     verdict_text="pass" if stage.passed else "unfinished" if _unfinished(stage) else "fail",
+                     notes=notes)
 
     try:
         run = run_local(path, mode, cases=selector, seed=seed, harness=harness, timeout=timeout,
@@ -162,7 +180,44 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
     for fallback in run.fallbacks:
         color = "yellow" if allow_fallback else "red"
         console.print(f"[{color}]fallback:[/{color}] {escape(str(fallback))}")
-    why = "" if passed or not run.passed else f"; {len(run.fallbacks)} route(s) fell back to torch.geqrf"
-    color = "green" if passed else "red"
-    console.print(f"[bold {color}]{'PASS' if passed else 'FAIL'}[/bold {color}] ({mode}{why})")
+    word, details = verdict(run, passed, allow_fallback)
+    color = {"PASS": "green", "FAIL": "red"}.get(word, "yellow")
+    console.print(f"[bold {color}]{word}[/bold {color}] ({escape(details)})")
     raise SystemExit(0 if passed else 1)
+
+
+def verdict(run, passed: bool, allow_fallback: bool) -> tuple[str, str]:
+    """The last line's word (PASS, FAIL or UNFINISHED) and its details: how much of each stage
+    ran, and why it did not pass. UNFINISHED: nothing failed, but without a GPU a case ran out of
+    the interpreter's time, or a stage had no case small enough to run."""
+    parts = [_coverage_text(c, run.cpu) for c in run.coverage]
+    fell_back = bool(run.fallbacks) and not allow_fallback
+    if fell_back:
+        parts.append(f"{len(run.fallbacks)} route(s) fell back to torch.geqrf")
+    cut = [(stage, case) for stage in run.stages for case in stage.cut_off]
+    if cut:
+        stage, case = cut[0]
+        parts.append(f"case {case.index} ({_shape(case.spec)}) {stage.timeout_message}")
+    if passed:
+        return "PASS", "; ".join(parts)
+    unfinished = not fell_back and all(s.passed or _unfinished(s) for s in run.stages)
+    return ("UNFINISHED" if unfinished else "FAIL"), "; ".join(parts)
+
+
+def _unfinished(stage) -> bool:
+    """Without a GPU: the stage did not pass only because the interpreter ran out of time."""
+    cut = stage.cut_off
+    return stage.cpu and bool(cut) and all(c.passed or c in cut for c in stage.cases)
+
+
+def _coverage_text(coverage, cpu: bool) -> str:
+    text = f"{coverage.stage}: {coverage.ran} of {coverage.total} cases"
+    if coverage.over_max_n:
+        text += f", {coverage.over_max_n} " + ("need a GPU" if cpu else "over --max-n")
+    if coverage.unselected:
+        text += f", {coverage.unselected} not selected"
+    return text
+
+
+def _shape(spec: dict) -> str:
+    return f"{spec['batch']}x{spec['n']}"

@@ -15,7 +15,7 @@ def variants(directory: str | None) -> None:
     \b
     Examples:
       qrsub variants
-      qrsub variants ~/my-variants
+      qrsub variants variants        # any folder of variants; this one is the default
     """
     from qrsub.variant import VariantError, load_variant, variants_dir
 
