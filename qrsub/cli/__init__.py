@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "lint": "qrsub.cli.lint:lint",
     "test": "qrsub.cli.test:test",
     "bench": "qrsub.cli.bench:bench",
+    "profile": "qrsub.cli.profile:profile",
     "sweep": "qrsub.cli.sweep:sweep",
     "variants": "qrsub.cli.variants:variants",
     "diff": "qrsub.cli.variants:diff",
