@@ -70,11 +70,8 @@ GROUPS: tuple[KernelGroup, ...] = (
                 kernels=("householder_panel_kernel",)),
     KernelGroup("coop panel", "several programs per matrix factor a tall panel (kernels/coop.py)",
                 kernels=("coop_panel_kernel",)),
-    KernelGroup("block", "one program per matrix factors a two-level outer block: inner panels, "
-                "their updates and the block's T (kernels/block.py)", kernels=("factor_block_kernel",)),
     KernelGroup("strip", "the trailing update by a panel's reflectors (kernels/strip.py)",
                 kernels=("trailing_strip_kernel", "project_split_kernel", "apply_split_kernel")),
-    KernelGroup("T build", "a block's T from its Gram matrix (kernels/wy.py)", kernels=("t_from_gram_kernel",)),
     KernelGroup("GEMM tf32", "cuBLAS/CUTLASS GEMMs on tensor cores in tf32 (the name says tf32, "
                 "or CUTLASS's s1688gemm)", pattern=r"tf32|s1688gemm"),
     KernelGroup("GEMM fp32 SIMT", "cuBLAS GEMMs and GEMVs in fp32 on the CUDA cores (ffma, sgemm, simt, "
@@ -133,8 +130,9 @@ def busy_time(events: Sequence[DeviceEvent]) -> float:
 
 def summarize_case(events: Sequence[DeviceEvent], calls: int, wall_us: float, profiled_wall_us: float) -> dict:
     """Every number of one case per call (EVENTS are those of CALLS calls; the wall times are
-    already per call): kernel time and launches, per group (with its share of the kernel time)
-    and per kernel name, the GPU's busy time and the idle gap to the wall time."""
+    already per call): kernel time and launches (every kernel, memcpy and memset), per group
+    (with its share of the kernel time) and per kernel name, the GPU's busy time and the idle
+    gap to the wall time."""
     if calls < 1:
         raise ValueError(f"calls must be at least 1, not {calls}")
     by_name: dict[str, dict] = {}

@@ -28,11 +28,9 @@ UNKNOWN = "void at::native::triu_tril_kernel<float, int, true, 4, true>(at::cuda
 EXPECTED_GROUPS = {
     "householder_panel_kernel": "panel",
     "coop_panel_kernel": "coop panel",
-    "factor_block_kernel": "block",
     "trailing_strip_kernel": "strip",
     "project_split_kernel": "strip",
     "apply_split_kernel": "strip",
-    "t_from_gram_kernel": "T build",
     TF32_GEMM: "GEMM tf32",
     "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4": "GEMM tf32",
     SIMT_GEMM: "GEMM fp32 SIMT",

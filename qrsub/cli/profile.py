@@ -31,9 +31,10 @@ def profile(candidate, selector, calls, json_path, dry_run):
 
     Reported per case, all per call: the GPU kernel time by kernel group
     (panel, strip, cuBLAS GEMMs in tf32 or fp32 SIMT, elementwise, copies,
-    ...), each group's share and launches; then kernel time, launches, GPU
-    busy time, wall time and the idle gap between them (launch overhead,
-    graph replay). Kernels no group claims are listed under `other` by name.
+    ...), each group's share and launches (kernels, memcpys, memsets); then
+    kernel time, launches, GPU busy time, wall time and the idle gap between
+    them (launch overhead, graph replay). Kernels no group claims are listed
+    under `other` by name.
 
     A route that fell back to torch.geqrf is not profiled (its kernels would
     be geqrf's): the command says so and exits 1, as it does when any case
