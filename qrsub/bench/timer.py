@@ -26,7 +26,7 @@ from qrsub.bench.engine import error_text
 from qrsub.harness import harness_on_path
 
 NO_GPU_MESSAGE = (
-    "qrsub bench needs a CUDA GPU: without one the kernels run through the CPU "
+    "{command} needs a CUDA GPU: without one the kernels run through the CPU "
     "or Triton's interpreter, and those timings say nothing about GPU speed.\n"
     "Run it on a machine with a GPU, or add --dry-run to see the plan here."
 )
@@ -36,12 +36,17 @@ class NoGPUError(RuntimeError):
     """Raised instead of timing on a machine without CUDA."""
 
 
-def require_gpu() -> None:
-    """Refuse to time without CUDA (see NO_GPU_MESSAGE)."""
+def no_gpu_message(command: str = "qrsub bench") -> str:
+    """Why COMMAND refuses to run without CUDA, and what to do instead."""
+    return NO_GPU_MESSAGE.format(command=command)
+
+
+def require_gpu(command: str = "qrsub bench") -> None:
+    """Refuse to time without CUDA (see NO_GPU_MESSAGE); the message names COMMAND."""
     import torch
 
     if not torch.cuda.is_available():
-        raise NoGPUError(NO_GPU_MESSAGE)
+        raise NoGPUError(no_gpu_message(command))
 
 
 def device_name() -> str:

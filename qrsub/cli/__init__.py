@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "lint": "qrsub.cli.lint:lint",
     "test": "qrsub.cli.test:test",
     "bench": "qrsub.cli.bench:bench",
+    "profile": "qrsub.cli.profile:profile",
     "sweep": "qrsub.cli.sweep:sweep",
     "variants": "qrsub.cli.variants:variants",
     "diff": "qrsub.cli.variants:diff",
@@ -37,6 +38,22 @@ def build_or_fail(source, out=None, *, on_error: str = ""):
         return build_submission(source, out)
     except BuildError as exc:
         raise click.ClickException(f"{exc}\n{on_error}".rstrip()) from None
+
+
+def benchmark_cases_or_fail(selector: str | None) -> tuple[list[int], list[dict]]:
+    """The benchmark cases of task.yml that a `--cases` SELECTOR picks (all for None): their
+    indices and specs. A bad token, or a selection of none, is the option's error."""
+    from qrsub.harness import HarnessError, cases_for, load_task, select_cases
+
+    all_cases = cases_for(load_task(), "benchmark")
+    try:
+        indices = select_cases(all_cases, selector)
+    except HarnessError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cases") from None
+    if not indices:
+        raise click.BadParameter(f"{selector!r} selects no case (there are {len(all_cases)}, "
+                                 f"indices 0-{len(all_cases) - 1})", param_hint="--cases")
+    return indices, [all_cases[i] for i in indices]
 
 
 class LazyGroup(click.Group):

@@ -47,18 +47,10 @@ def bench(candidates, selector, budget, target, min_reps, max_reps, json_path, p
       qrsub bench variants/champion.yaml variants/champion-nograph.yaml --json out.json --plot out.png
       qrsub bench variants/champion.yaml variants/b200.yaml --dry-run   # the plan, no GPU needed
     """
-    from qrsub.harness import HarnessError, cases_for, load_task, select_cases
+    from qrsub.cli import benchmark_cases_or_fail
 
     stop = engine.StopRule(target=target, min_reps=min_reps, max_reps=max_reps)
-    all_cases = cases_for(load_task(), "benchmark")
-    try:
-        indices = select_cases(all_cases, selector)
-    except HarnessError as exc:
-        raise click.BadParameter(str(exc), param_hint="--cases") from None
-    if not indices:
-        raise click.BadParameter(f"{selector!r} selects no case (there are {len(all_cases)}, "
-                                 f"indices 0-{len(all_cases) - 1})", param_hint="--cases")
-    specs = [all_cases[i] for i in indices]
+    indices, specs = benchmark_cases_or_fail(selector)
     labels = candidate_labels(candidates)
 
     if dry_run:

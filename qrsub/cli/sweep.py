@@ -82,9 +82,9 @@ def sweep(base, sets, selector, budget, target, workers, output, run_dir, dry_ru
         raise click.ClickException("invalid grid points (nothing was run):\n" +
                                    "\n".join(f"  {name}: {message}" for name, message in problems))
     if not devices:
-        from qrsub.bench.timer import NO_GPU_MESSAGE
+        from qrsub.bench.timer import no_gpu_message
 
-        raise click.ClickException(NO_GPU_MESSAGE.replace("qrsub bench", "qrsub sweep"))
+        raise click.ClickException(no_gpu_message("qrsub sweep"))
     assigned = pool.assign_devices(workers or len(devices), devices)
     _run(plan, assigned, budget, target, output)
 
