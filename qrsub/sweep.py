@@ -432,7 +432,7 @@ def render_ranking(ranked: Sequence[dict], labels: dict[str, str], console=None,
         table.add_column(escape(col))
     for pos, r in enumerate(ranked, 1):
         g = geomean_of(r)
-        where = r.get("where") or f"{r.get('cuda_visible_devices', '?')} ({r.get('worker', '?')})"
+        where = r.get("where", "")
         if g is None:
             table.add_row("-", r["name"], labels.get(r["name"], ""), "[red]not timed[/]", "",
                           f"{r.get('stage', '')}: {str(r.get('error', ''))[:70]}", "", where)
@@ -450,12 +450,9 @@ def render_ranking(ranked: Sequence[dict], labels: dict[str, str], console=None,
     console.print(table)
 
 
-_VERDICT_COLOR = {stats.FASTER: "green", stats.SLOWER: "red"}
-
-
 def render_per_case(ranked: Sequence[dict], labels: dict[str, str], console=None) -> None:
-    """Per case, each timed candidate's time / BASE (green: really faster, red: really
-    slower), BASE's own time on top and the best of each case marked with *; candidates
+    """Per case, each timed candidate's time / BASE (colored by its verdict as in `qrsub
+    bench`: green really faster, red really slower), BASE's own time on top and the best of each case marked with *; candidates
     named by their knobs (LABELS) where known."""
     from qrsub.console import make_console
     from rich.table import Table
@@ -486,7 +483,7 @@ def render_per_case(ranked: Sequence[dict], labels: dict[str, str], console=None
                 row.append("[red]fail[/]" if res.get("status") == "fail" else "-")
                 continue
             text = f"{res['ratio']['value']:.3f}" + ("*" if best[label] == r["name"] else "")
-            color = _VERDICT_COLOR.get(res.get("verdict"))
+            color = report.VERDICT_STYLE.get(res.get("verdict"))
             row.append(f"[{color}]{text}[/]" if color else text)
         table.add_row(labels.get(r["name"]) or r["name"], *row)
     console.print(table)

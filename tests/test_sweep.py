@@ -172,7 +172,7 @@ def _result(name, value, lo, hi, complete=True, fail=False):
     summary = {"candidates": ["BASE", name], "geomean": [{"candidate": "BASE"}, g],
                "cases": [{"label": "640x512 dense c2",
                           "results": [{"candidate": "BASE", "status": "ok", "median_us": 812.5}, res]}]}
-    return {"name": name, "summary": summary, "worker": 0, "cuda_visible_devices": "0"}
+    return {"name": name, "summary": summary, "worker": 0, "cuda_visible_devices": "0", "where": "0 (0)"}
 
 
 def test_rank_and_best():
@@ -188,6 +188,7 @@ def test_rank_and_best():
     sw.render_ranking(ranked, {"fast": "mid.strip.bn=64"}, console)
     text = console.export_text()
     assert "mid.strip.bn=64" in text and "not timed" in text and "factor residual" in text
+    assert "0 (0)" in text
 
 
 def test_score_ratio_over_untimed_cases():

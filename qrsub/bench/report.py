@@ -121,7 +121,7 @@ def _fmt_ratio(r: dict) -> str:
     return f"{r['value']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}]"
 
 
-_VERDICT_STYLE = {stats.FASTER: "green", stats.SLOWER: "red", stats.NOISE: "dim"}
+VERDICT_STYLE = {stats.FASTER: "green", stats.SLOWER: "red", stats.NOISE: "dim"}
 
 
 def render(summary: dict, console=None) -> None:
@@ -144,7 +144,7 @@ def render(summary: dict, console=None) -> None:
                 continue
             ratio = _fmt_ratio(res["ratio"]) if "ratio" in res else ("—" if k == 0 else "")
             verdict = res.get("verdict", "")
-            vstyle = _VERDICT_STYLE.get(verdict, "")
+            vstyle = VERDICT_STYLE.get(verdict, "")
             table.add_row(*first, res["candidate"], _fmt_us(res["median_us"]),
                           f"[{_fmt_us(res['lo_us'])}, {_fmt_us(res['hi_us'])}]", ratio,
                           f"[{vstyle}]{verdict}[/]" if vstyle else verdict, str(res["reps"]), stop)
@@ -157,7 +157,7 @@ def render(summary: dict, console=None) -> None:
     for g in summary["geomean"]:
         ratio = _fmt_ratio(g["ratio"]) if "ratio" in g else "—"
         verdict = g.get("verdict", "")
-        vstyle = _VERDICT_STYLE.get(verdict, "")
+        vstyle = VERDICT_STYLE.get(verdict, "")
         cases = f"{g['cases']}/{len(summary['cases'])}" + ("" if g["complete"] else " (incomplete)")
         gm.add_row(g["candidate"], _fmt_us(g["geomean_us"]) if "geomean_us" in g else "—", ratio,
                    f"[{vstyle}]{verdict}[/]" if vstyle else verdict, cases)
