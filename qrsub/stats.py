@@ -26,6 +26,9 @@ N_BOOT = 2000
 FASTER = "faster"
 SLOWER = "slower"
 NOISE = "within noise"
+# Verdicts on repeated single measurements (`qrsub sweep --remote`: one mean per case per submission).
+INDISTINGUISHABLE = "not distinguishable"   # the win or loss is smaller than the spread of the repeats
+UNMEASURED = "spread not measured"          # one submission on a side: no spread to compare with
 
 
 @dataclass(frozen=True)
@@ -172,3 +175,31 @@ def verdict(r: Estimate, threshold: float = 0.0) -> str:
     if r.lo > 1.0 + threshold:
         return SLOWER
     return NOISE
+
+
+def range_ratio(ref: Sequence[float], cand: Sequence[float]) -> Estimate:
+    """cand / ref for a few repeated measurements of each (one mean per submission).
+
+    The value is the ratio of the medians; the interval is the whole range the
+    repeats allow, min(cand) / max(ref) to max(cand) / min(ref), so a ratio
+    whose interval excludes 1 beats every repeat of the other side. It is a
+    range, not a confidence interval: `level` is 0.0 (no coverage claimed).
+    """
+    a = np.asarray(ref, dtype=np.float64)
+    b = np.asarray(cand, dtype=np.float64)
+    if not len(a) or not len(b):
+        raise ValueError("a ratio needs at least one measurement on each side")
+    return Estimate(float(np.median(b) / np.median(a)), float(b.min() / a.max()), float(b.max() / a.min()), 0.0)
+
+
+def range_verdict(r: Estimate, n_ref: int, n_cand: int) -> str:
+    """A range_ratio's verdict: faster or slower only when every repeat says so,
+    "not distinguishable" when the difference is within the spread, and "spread
+    not measured" when a side was measured once."""
+    if min(n_ref, n_cand) < 2:
+        return UNMEASURED
+    if r.hi < 1.0:
+        return FASTER
+    if r.lo > 1.0:
+        return SLOWER
+    return INDISTINGUISHABLE

@@ -1,31 +1,40 @@
-"""`qrsub sweep`: expand a knob grid over a base variant, gate, time, rank.
+"""`qrsub sweep`: expand a knob grid over a base variant, time each point against BASE, rank.
 
 The flow for `qrsub sweep BASE.yaml --set mid.strip.bn=32,64 --set mid.panel.num_warps=2,4`:
 
 1. grid: every combination of the `--set` values, each written as a small
    variant file that `extends` BASE and patches the routes it names;
-2. gate: each candidate must pass the test cases of the routes it touches
-   (a precision change: every test case, under the default seeds and
-   POPCORN_SEED 1, 2 and 3) before it is timed;
-3. time: each survivor against BASE with bench's method (ABBA rounds in one
-   process, same GPU), so every candidate's ratio to BASE is measured alike;
-4. rank by the geometric-mean ratio; write the best as a variant extending
-   BASE (only when it is really faster than BASE).
+2. time: an `Executor` times every candidate against BASE and hands back one
+   result per candidate (a bench-shaped summary, or the stage and error that
+   stopped it);
+3. rank by the geometric-mean ratio (`rank`), show the table, the per-case
+   ratios and the plot; write the best as a variant extending BASE (only when
+   it is really faster than BASE): `run_sweep`.
 
-Candidates run on the worker pool of `qrsub.pool`: one worker process per GPU
-with CUDA_VISIBLE_DEVICES set to that GPU, each logging to its own file, jobs
-handed out from one queue and results merged; `run_job` is what each worker runs. With one GPU there is one
-worker and candidates run serially; `--workers N` forces N workers (on one
-GPU they share it, which exercises the pool, not the timings).
+The executor is the only part that differs between the two sweeps:
+
+- `LocalExecutor` (`qrsub sweep`): each candidate must first pass the test
+  cases of the routes it touches (a precision change: every test case, under
+  the default seeds and POPCORN_SEED 1, 2 and 3), then it is timed against
+  BASE with bench's method (ABBA rounds in one process, same GPU). Candidates
+  run on the worker pool of `qrsub.pool`: one worker process per GPU with
+  CUDA_VISIBLE_DEVICES set to that GPU, each logging to its own file, jobs
+  handed out from one queue and results merged; `run_job` is what each worker
+  runs. With one GPU there is one worker and candidates run serially;
+  `--workers N` forces N workers (on one GPU they share it, which exercises
+  the pool, not the timings).
+- `qrsub.submit.sweep_remote.RemoteExecutor` (`qrsub sweep --remote`): every
+  candidate and BASE is submitted in benchmark mode to the service's runners.
 """
 from __future__ import annotations
 
 import itertools
 import json
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import yaml
 
@@ -174,9 +183,18 @@ def point_patch(point: Point) -> list[dict]:
     return list(routes.values())
 
 
-def point_label(point: Point) -> str:
+def point_knobs(point: Point) -> dict[str, Any]:
+    """The knobs a grid point sets, as `{"mid.strip.bn": 32, ...}` (what the ledger keeps)."""
+    return {a.key: v for a, v in point}
+
+
+def knobs_label(knobs: dict[str, Any]) -> str:
     """Human form: `mid.strip.bn=32 mid.panel.num_warps=4`."""
-    return " ".join(f"{a.key}={_compact(v)}" for a, v in point)
+    return " ".join(f"{key}={_compact(v)}" for key, v in knobs.items())
+
+
+def point_label(point: Point) -> str:
+    return knobs_label(point_knobs(point))
 
 
 def point_slug(point: Point) -> str:
@@ -374,30 +392,47 @@ def summary_failures(result: dict) -> list[str]:
 
 
 def best_of(ranked: Sequence[dict]) -> dict | None:
-    """The top candidate if it is really faster than BASE on every case's geomean, else None."""
+    """The top candidate if it beats BASE on every case's geomean, else None: really
+    faster (its interval below 1), or, when the spread was not measured (one
+    submission each, `qrsub sweep --remote` without --repeat), its ratio below 1."""
     if not ranked:
         return None
     top = ranked[0]
     g = geomean_of(top)
-    if g and g["complete"] and not summary_failures(top) and g["verdict"] == stats.FASTER:
+    if not g or not g["complete"] or summary_failures(top):
+        return None
+    if g["verdict"] == stats.FASTER or (g["verdict"] == stats.UNMEASURED and g["ratio"]["value"] < 1.0):
         return top
     return None
 
 
-def render_ranking(ranked: Sequence[dict], labels: dict[str, str], console=None, total_cases: int = 12) -> None:
+@dataclass(frozen=True)
+class TableStyle:
+    """The words of the ranking table that depend on how candidates were timed."""
+
+    title: str = "qrsub sweep: geomean time / BASE (below 1 is faster), 95% intervals"
+    interval: str = "95%"
+    where: str = "gpu (worker)"
+    plot_note: str = "95% intervals"
+
+
+def render_ranking(ranked: Sequence[dict], labels: dict[str, str], console=None, total_cases: int | None = 12,
+                   style: TableStyle = TableStyle()) -> None:
     """The ranked table: geomean ratio to BASE over the timed cases with its interval,
-    the implied score ratio over all TOTAL_CASES, the verdict, the worker."""
+    the implied score ratio over all TOTAL_CASES (None: the timed ones are all),
+    the verdict, where it ran."""
     from qrsub.console import make_console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or make_console()
-    table = Table(title="qrsub sweep: geomean time / BASE (below 1 is faster), 95% intervals")
-    for col in ("#", "candidate", "knobs", "ratio [95%]", "score ratio", "verdict", "real per-case wins/losses",
-                "gpu (worker)"):
-        table.add_column(col)
+    table = Table(title=escape(style.title))
+    for col in ("#", "candidate", "knobs", f"ratio [{style.interval}]", "score ratio", "verdict",
+                "real per-case wins/losses", style.where):
+        table.add_column(escape(col))
     for pos, r in enumerate(ranked, 1):
         g = geomean_of(r)
-        where = f"{r.get('cuda_visible_devices', '?')} ({r.get('worker', '?')})"
+        where = r.get("where", "")
         if g is None:
             table.add_row("-", r["name"], labels.get(r["name"], ""), "[red]not timed[/]", "",
                           f"{r.get('stage', '')}: {str(r.get('error', ''))[:70]}", "", where)
@@ -408,11 +443,80 @@ def render_ranking(ranked: Sequence[dict], labels: dict[str, str], console=None,
         fails = summary_failures(r)
         verdict = g["verdict"] + (f" [red]({len(fails)} case(s) failed)[/]" if fails else "")
         ratio = g["ratio"]
-        score = score_ratio(g, len(cases), total_cases)
+        score = score_ratio(g, len(cases), total_cases or len(cases))
         table.add_row(str(pos), r["name"], labels.get(r["name"], ""),
                       f"{ratio['value']:.4f} [{ratio['lo']:.4f}, {ratio['hi']:.4f}]", f"{score['value']:.4f}", verdict,
                       f"{wins}/{losses} of {len(cases)}", where)
     console.print(table)
+
+
+def render_per_case(ranked: Sequence[dict], labels: dict[str, str], console=None) -> None:
+    """Per case, each timed candidate's time / BASE (colored by its verdict as in `qrsub
+    bench`: green really faster, red really slower), BASE's own time on top and the best of each case marked with *; candidates
+    named by their knobs (LABELS) where known."""
+    from qrsub.console import make_console
+    from rich.table import Table
+
+    timed = [r for r in ranked if geomean_of(r)]
+    if not timed:
+        return
+    console = console or make_console()
+    cases = [c["label"] for c in timed[0]["summary"]["cases"]]
+    cells = {r["name"]: {c["label"]: c["results"][1] for c in r["summary"]["cases"]} for r in timed}
+    best = {}
+    for label in cases:
+        ratios = [(cells[r["name"]][label]["ratio"]["value"], r["name"]) for r in timed
+                  if "ratio" in cells[r["name"]].get(label, {})]
+        best[label] = min(ratios)[1] if ratios else None
+    table = Table(title="per case: time / BASE (* the best of the case)")
+    table.add_column("candidate")
+    for label in cases:
+        table.add_column(label, justify="right")
+    base = {c["label"]: c["results"][0] for c in timed[0]["summary"]["cases"]}
+    table.add_row("BASE µs", *(f"{base[k]['median_us']:,.1f}" if "median_us" in base.get(k, {}) else "-"
+                               for k in cases))
+    for r in timed:
+        row = []
+        for label in cases:
+            res = cells[r["name"]].get(label, {})
+            if "ratio" not in res:
+                row.append("[red]fail[/]" if res.get("status") == "fail" else "-")
+                continue
+            text = f"{res['ratio']['value']:.3f}" + ("*" if best[label] == r["name"] else "")
+            color = report.VERDICT_STYLE.get(res.get("verdict"))
+            row.append(f"[{color}]{text}[/]" if color else text)
+        table.add_row(labels.get(r["name"]) or r["name"], *row)
+    console.print(table)
+
+
+def merged_summary(ranked: Sequence[dict]) -> dict:
+    """The timed candidates' summaries as one of `qrsub bench`'s, BASE first, for its plot."""
+    timed = [r for r in ranked if geomean_of(r)]
+    if not timed:
+        raise SweepError("no candidate was timed: nothing to plot")
+    first = timed[0]["summary"]
+    cases = []
+    for case in first["cases"]:
+        results = [case["results"][0]]
+        for r in timed:
+            mine = next((c for c in r["summary"]["cases"] if c["label"] == case["label"]), None)
+            results.append({**(mine["results"][1] if mine else {"status": "skipped"}), "candidate": r["name"]})
+        cases.append({**case, "results": results})
+    geomean = [first["geomean"][0]] + [{**r["summary"]["geomean"][1], "candidate": r["name"]} for r in timed]
+    return {"candidates": ["BASE"] + [r["name"] for r in timed], "cases": cases, "geomean": geomean}
+
+
+def show_results(ranked: Sequence[dict], labels: dict[str, str], console, *, style: TableStyle = TableStyle(),
+                 total_cases: int | None = None, plot: Path | None = None) -> None:
+    """The ranking table, the per-case table and, given PLOT, `qrsub bench`'s plot of the timed candidates."""
+    render_ranking(ranked, labels, console, total_cases, style)
+    render_per_case(ranked, labels, console)
+    if plot is not None:
+        if not any(geomean_of(r) for r in ranked):
+            console.print(f"no candidate was timed: no plot written to {plot}")
+            return
+        report.plot({**merged_summary(ranked), "interval": style.plot_note}, plot)
+        console.print(f"wrote {plot}")
 
 
 # ---------------------------------------------------------------- the sweep
@@ -472,21 +576,14 @@ def emit_variants(plan: SweepPlan) -> None:
         write_atomic(c.variant, text)
 
 
-def describe(plan: SweepPlan, devices: Sequence[str], budget: float) -> list[str]:
-    """The --dry-run text: the grid, each gate, where the workers run."""
+def describe_grid(plan: SweepPlan, per_candidate: Callable[[Candidate], list[str]] = lambda c: []) -> list[str]:
+    """The --dry-run text every sweep starts with: BASE, the grid, each candidate (and
+    PER_CANDIDATE's lines under it)."""
     lines = [f"base: {plan.base}", f"grid: {' x '.join(f'{a.key} ({len(a.values)})' for a in plan.axes)} "
              f"= {len(plan.candidates)} candidate(s)"]
     for k, c in enumerate(plan.candidates):
         lines.append(f"  [{k:>2}] {point_label(c.point)}")
-        lines.append(f"       gate: {len(c.gate.cases)} test(s) {c.gate.cases} x seeds "
-                     f"{['default' if s is None else s for s in c.gate.seeds]} ({c.gate.why})")
-    workers = ", ".join(f"worker {i} -> CUDA_VISIBLE_DEVICES={d}" for i, d in enumerate(devices)) or "none (no GPU here)"
-    lines.append(f"workers: {workers}")
-    cases = cases_for(load_task(), "benchmark")
-    labels = ", ".join(report.case_label(cases[i]) for i in plan.bench_cases)
-    lines.append(f"each survivor: timed against BASE on benchmark cases {plan.bench_cases} ({labels}), "
-                 f"budget {budget:g} s, ABBA rounds in the worker's process")
-    lines.append(f"files: {plan.run_dir}/variants/*.yaml, {plan.run_dir}/logs/worker-*.log, {plan.run_dir}/results.json")
+        lines += [f"       {line}" for line in per_candidate(c)]
     return lines
 
 
@@ -496,3 +593,149 @@ def best_variant_text(plan: SweepPlan, best: dict, out: Path) -> str:
     desc = (f"sweep best over {plan.base.stem}: {point_label(cand.point)} "
             f"(geomean x{g['ratio']['value']:.4f} on {best.get('device', 'GPU')})")
     return variant_text(plan.base, cand.point, out, description=desc)
+
+
+def write_best(plan: SweepPlan, ranked: Sequence[dict], output: Path | None, console) -> Path | None:
+    """Write the best candidate (`best_of`) as a variant extending BASE; None when none beats BASE."""
+    best = best_of(ranked)
+    if best is None:
+        console.print(f"no candidate is really faster than {plan.base.name} on the geomean: no variant written")
+        return None
+    cand = next(c for c in plan.candidates if c.name == best["name"])
+    out = output or plan.base.parent / f"{plan.base.stem}.{point_slug(cand.point)}.yaml"
+    text = best_variant_text(plan, best, out)
+    parse_variant(text, out)
+    existed = out.exists()
+    write_atomic(out, text)
+    console.print(f"best: {point_label(cand.point)} -> {'replaced' if existed else 'wrote'} {out}")
+    if geomean_of(best)["verdict"] == stats.UNMEASURED:
+        console.print("  its win is one submission against one: the spread was not measured; "
+                      "rerun the same command with --repeat 3 to tell it from noise")
+    return out
+
+
+# ------------------------------------------------------------------ executors
+
+@dataclass
+class Timing:
+    """What an executor hands back: one result per candidate (`rank`'s input: a
+    bench-shaped `summary`, or the `stage` and `error` that stopped it), whether
+    every candidate was timed as planned, notes for the user, and what goes
+    into results.json besides the results."""
+
+    results: list[dict]
+    complete: bool = True
+    notes: list[str] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+    total_cases: int | None = None      # the leaderboard's cases, when only some were timed
+    error: str | None = None            # why the executor stopped early (the sweep fails after showing what it has)
+
+
+class Executor(Protocol):
+    """How a sweep times its candidates against BASE: the one part in which
+    `qrsub sweep` (LocalExecutor) and `qrsub sweep --remote`
+    (qrsub.submit.sweep_remote.RemoteExecutor) differ."""
+
+    style: TableStyle
+
+    def describe(self, plan: SweepPlan) -> list[str]:
+        """The --dry-run lines: the grid (`describe_grid`) and what timing it would take."""
+
+    def check(self, plan: SweepPlan) -> None:
+        """Raise (SweepError, or a click error) when it cannot run here; before anything is written."""
+
+    def run(self, plan: SweepPlan, console) -> Timing:
+        """Time every candidate of PLAN against BASE; raise SweepError before running
+        anything when it cannot."""
+
+
+def run_sweep(plan: SweepPlan, executor: Executor, *, output: Path | None = None, plot: Path | None = None,
+              console=None) -> Timing:
+    """Emit the grid's variants, time them with EXECUTOR, then rank, show, record
+    (PLAN.run_dir/results.json) and write the best as a variant extending BASE."""
+    from qrsub.console import make_console
+
+    console = console or make_console()
+    executor.check(plan)
+    emit_variants(plan)
+    timing = executor.run(plan, console)
+    ranked = rank(timing.results)
+    labels = {c.name: point_label(c.point) for c in plan.candidates}
+    show_results(ranked, labels, console, style=executor.style, total_cases=timing.total_cases, plot=plot)
+    results = plan.run_dir / "results.json"
+    write_atomic(results, json.dumps({"base": str(plan.base), **timing.meta, "results": ranked}, indent=1))
+    for note in timing.notes:
+        console.print(note)
+    console.print(f"results in {results}")
+    if timing.complete:
+        write_best(plan, ranked, output, console)
+    else:
+        console.print("not every candidate has been timed yet: no variant written")
+    if timing.error:
+        raise SweepError(timing.error)
+    return timing
+
+
+class LocalExecutor:
+    """Candidates gated and timed against BASE on this machine's GPUs, one worker per device."""
+
+    style = TableStyle()
+
+    def __init__(self, devices: Sequence[str], budget: float, stop: engine.StopRule, runner: str = DEFAULT_RUNNER):
+        self.devices = list(devices)
+        self.budget = budget
+        self.stop = stop
+        self.runner = runner
+
+    def describe(self, plan: SweepPlan) -> list[str]:
+        """The grid with each candidate's gate, where the workers run, what is timed, the files."""
+        def gate(c: Candidate) -> list[str]:
+            return [f"gate: {len(c.gate.cases)} test(s) {c.gate.cases} x seeds "
+                    f"{['default' if s is None else s for s in c.gate.seeds]} ({c.gate.why})"]
+
+        lines = describe_grid(plan, gate)
+        workers = (", ".join(f"worker {i} -> CUDA_VISIBLE_DEVICES={d}" for i, d in enumerate(self.devices))
+                   or "none (no GPU here)")
+        lines.append(f"workers: {workers}")
+        cases = cases_for(load_task(), "benchmark")
+        labels = ", ".join(report.case_label(cases[i]) for i in plan.bench_cases)
+        lines.append(f"each survivor: timed against BASE on benchmark cases {plan.bench_cases} ({labels}), "
+                     f"budget {self.budget:g} s, ABBA rounds in the worker's process")
+        lines.append(f"files: {plan.run_dir}/variants/*.yaml, {plan.run_dir}/logs/worker-*.log, "
+                     f"{plan.run_dir}/results.json")
+        return lines
+
+    def check(self, plan: SweepPlan) -> None:
+        if not self.devices:
+            from qrsub.bench.timer import no_gpu_message
+
+            raise SweepError(no_gpu_message("qrsub sweep"))
+
+    def run(self, plan: SweepPlan, console) -> Timing:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from qrsub import pool
+
+        jobs = [c.job(plan.base, plan.bench_cases, self.budget, self.stop, plan.run_dir / "build")
+                for c in plan.candidates]
+        console.print(f"sweep: {len(jobs)} candidate(s) on {len(self.devices)} worker(s) "
+                      f"(CUDA_VISIBLE_DEVICES {', '.join(self.devices)}); logs in {plan.run_dir / 'logs'}")
+        start = time.monotonic()
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            task = progress.add_task("candidates", total=len(jobs))
+
+            def on_result(r: dict) -> None:
+                g = geomean_of(r)
+                what = f"x{g['ratio']['value']:.4f} ({g['verdict']})" if g else f"{r.get('stage')}: {r.get('error')}"
+                progress.console.print(f"  {r['name']} on GPU {r['cuda_visible_devices']}: {what}")
+                progress.advance(task)
+
+            results = pool.run_pool(jobs, self.devices, plan.run_dir / "logs", runner=self.runner,
+                                    on_result=on_result)
+        wall = time.monotonic() - start
+        for r in results:
+            r["where"] = f"{r.get('cuda_visible_devices', '?')} ({r.get('worker', '?')})"
+        return Timing(results, meta={"devices": self.devices, "wall_s": wall},
+                      notes=[f"wall time {wall:.1f} s on {len(self.devices)} worker(s)"],
+                      total_cases=len(cases_for(load_task(), "benchmark")))

@@ -24,7 +24,9 @@ echoes back, so no exception raised here can carry it.
 """
 from __future__ import annotations
 
+import email.utils
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -387,3 +389,27 @@ def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
                 data.append(value)
     if data:
         yield event, "\n".join(data)
+
+
+_WAIT_IN_TEXT = re.compile(r"(\d+(?:\.\d+)?)\s*(seconds?|secs?|s|minutes?|mins?)\b", re.IGNORECASE)
+
+
+def retry_after_seconds(exc: ApiError, now: Callable[[], float] = time.time) -> float | None:
+    """How long a 429 asks us to wait: its Retry-After header (seconds, or an HTTP
+    date), else a time its detail names ("try again in 30 seconds"); None when
+    it names none."""
+    header = (exc.retry_after or "").strip()
+    if header:
+        try:
+            return max(0.0, float(header))
+        except ValueError:
+            pass
+        try:
+            return max(0.0, email.utils.parsedate_to_datetime(header).timestamp() - now())
+        except (TypeError, ValueError):
+            pass
+    match = _WAIT_IN_TEXT.search(exc.detail or "")
+    if match:
+        value = float(match.group(1))
+        return value * 60 if match.group(2).lower().startswith("min") else value
+    return None

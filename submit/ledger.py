@@ -12,7 +12,13 @@ stamps `deleted_at`).
 
 The path comes from `--ledger`, else `QRSUB_LEDGER`, else
 `<user data dir>/qrsub/ledger.sqlite3`. The schema carries a version number so
-that a later qrsub can migrate an older file instead of misreading it.
+that a later qrsub can migrate an older file instead of misreading it: each
+version's changes are in `_MIGRATIONS`, applied in order when an older file is
+opened.
+
+A submission sent by `qrsub sweep --remote` also carries its sweep: the sweep's
+id, the candidate's name (`BASE` for the base variant), its grid point (the
+knobs the sweep set, JSON) and its round (1, then 2.. for `--repeat`).
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 LEDGER_ENV = "QRSUB_LEDGER"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Statuses that a later `wait` may still change.
 OPEN_STATUSES = ("sending", "submitted")
@@ -51,15 +57,30 @@ CREATE TABLE IF NOT EXISTS submissions (
     runs          TEXT,              -- the service's runs, JSON
     cases         TEXT,              -- per-case results per public run, JSON
     error         TEXT,
-    deleted_at    TEXT
+    deleted_at    TEXT,
+    sweep_id        TEXT,            -- version 2: set for `qrsub sweep --remote` submissions
+    sweep_candidate TEXT,
+    sweep_point     TEXT,            -- the knobs the sweep set, JSON
+    sweep_round     INTEGER
 );
 CREATE INDEX IF NOT EXISTS submissions_by_id ON submissions (submission_id);
 """
 
+# version -> the statements that bring a file of the version before it up to it.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: ("ALTER TABLE submissions ADD COLUMN sweep_id TEXT",
+        "ALTER TABLE submissions ADD COLUMN sweep_candidate TEXT",
+        "ALTER TABLE submissions ADD COLUMN sweep_point TEXT",
+        "ALTER TABLE submissions ADD COLUMN sweep_round INTEGER"),
+}
+# Indexes on columns a migration may add: created once the columns exist.
+_INDEXES = ("CREATE INDEX IF NOT EXISTS submissions_by_sweep ON submissions (sweep_id)",)
+
 _COLUMNS = ("row_id", "created_at", "updated_at", "api_url", "file_name", "file_sha256",
             "variant", "knobs", "leaderboard", "gpu", "mode", "submission_id", "status",
-            "score", "runs", "cases", "error", "deleted_at")
-_JSON_COLUMNS = ("knobs", "runs", "cases")
+            "score", "runs", "cases", "error", "deleted_at",
+            "sweep_id", "sweep_candidate", "sweep_point", "sweep_round")
+_JSON_COLUMNS = ("knobs", "runs", "cases", "sweep_point")
 
 
 class LedgerError(Exception):
@@ -86,6 +107,10 @@ class Row:
     cases: Any
     error: str | None
     deleted_at: str | None
+    sweep_id: str | None = None
+    sweep_candidate: str | None = None
+    sweep_point: Any = None
+    sweep_round: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _COLUMNS}
@@ -143,6 +168,12 @@ class Ledger:
                     raise LedgerError(
                         f"the ledger {self.path} has schema version {found}, newer than this "
                         f"qrsub understands ({SCHEMA_VERSION}); upgrade qrsub or use --ledger")
+                for version in range((found or SCHEMA_VERSION) + 1, SCHEMA_VERSION + 1):
+                    for statement in _MIGRATIONS[version]:
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
+                for statement in _INDEXES:
+                    conn.execute(statement)
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"the ledger {self.path} is not a usable SQLite database "
                               f"({exc}); move it aside or pass --ledger PATH") from None
@@ -159,15 +190,18 @@ class Ledger:
 
     def record_sending(self, *, file_name: str, file_sha256: str, leaderboard: str,
                        gpu: str, mode: str, api_url: str | None = None,
-                       variant: str | None = None, knobs: Any = None) -> int:
+                       variant: str | None = None, knobs: Any = None,
+                       sweep_id: str | None = None, sweep_candidate: str | None = None,
+                       sweep_point: Any = None, sweep_round: int | None = None) -> int:
         """Before the upload: returns the new row's id."""
         now = _now()
         return self._write(
             "INSERT INTO submissions (created_at, updated_at, api_url, file_name, "
-            "file_sha256, variant, knobs, leaderboard, gpu, mode, status) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'sending')",
+            "file_sha256, variant, knobs, leaderboard, gpu, mode, status, sweep_id, "
+            "sweep_candidate, sweep_point, sweep_round) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'sending', ?, ?, ?, ?)",
             (now, now, api_url, file_name, file_sha256, variant, _dump(knobs),
-             leaderboard, gpu, mode))
+             leaderboard, gpu, mode, sweep_id, sweep_candidate, _dump(sweep_point), sweep_round))
 
     def mark_submitted(self, row_id: int, submission_id: int) -> None:
         """After the 202."""
@@ -207,6 +241,20 @@ class Ledger:
             "SELECT * FROM submissions WHERE (? IS NULL OR lower(leaderboard) = lower(?)) "
             "ORDER BY row_id DESC LIMIT ?",
             (leaderboard, leaderboard, -1 if limit is None else limit))
+
+    def sweep_rows(self, sweep_id: str, api_url: str | None = None) -> list[Row]:
+        """Every row of one sweep (on API_URL's service, when given), oldest first."""
+        return self._query(
+            "SELECT * FROM submissions WHERE sweep_id = ? "
+            "AND (? IS NULL OR api_url IS NULL OR api_url = ?) ORDER BY row_id",
+            (sweep_id, api_url, api_url))
+
+    def sweep_ids(self) -> list[str]:
+        """The sweeps the ledger knows, newest first."""
+        with closing(self._connect()) as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT sweep_id FROM submissions WHERE sweep_id IS NOT NULL "
+                "GROUP BY sweep_id ORDER BY MAX(row_id) DESC").fetchall()]
 
     def variants(self, submission_ids: list[int], api_url: str | None = None) -> dict[int, str]:
         """submission id -> variant name, for the ids the ledger knows with a variant."""

@@ -274,3 +274,9 @@ def follow(ctx: click.Context, client: Client, ledger: Ledger, row_id: int | Non
     write_json(json_path, {**extra, **outcome.to_json()})
     if not outcome.ok:
         ctx.exit(1)
+
+
+def record_outcome(ledger: Ledger, row_id: int, outcome: Outcome) -> None:
+    """Complete a ledger row with OUTCOME: status, score, runs, per-case results, error."""
+    ledger.mark_final(row_id, status=outcome.status, score=outcome.score_s,
+                      runs=outcome.to_json()["runs"], cases=outcome.cases_json(), error=outcome.error)

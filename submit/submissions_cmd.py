@@ -31,6 +31,7 @@ def _reported() -> Iterator[None]:
 Examples:
   qrsub submissions list --leaderboard qr_v2 --limit 10
   qrsub submissions list --local          # the ledger: what this machine sent
+  qrsub submissions list --sweep ID       # one `qrsub sweep --remote`'s candidates and scores
   qrsub submissions show 1234 --code
   qrsub submissions wait 1234             # resume after Ctrl-C or a crash
   qrsub submissions delete 1234""")
@@ -44,9 +45,11 @@ def submissions() -> None:
               help="At most this many (newest first).")
 @click.option("--local", is_flag=True, help="Read the local ledger instead of the service "
               "(no network, no credentials needed).")
+@click.option("--sweep", "sweep_id", metavar="ID", help="One `qrsub sweep --remote`'s submissions, "
+              "from the ledger: candidate, knobs, round, status, geomean and ratio to BASE.")
 @service_options
-def list_cmd(leaderboard: str | None, limit: int, local: bool, ledger_path: str | None,
-             poll_interval: float, http_timeout: float) -> None:
+def list_cmd(leaderboard: str | None, limit: int, local: bool, sweep_id: str | None,
+             ledger_path: str | None, poll_interval: float, http_timeout: float) -> None:
     """List submissions, with the variant of each one the ledger knows.
 
     \b
@@ -54,10 +57,13 @@ def list_cmd(leaderboard: str | None, limit: int, local: bool, ledger_path: str 
       qrsub submissions list                     # the service's 20 newest
       qrsub submissions list -l qr_v2 -n 5
       qrsub submissions list --local             # the ledger: no network, no credentials
+      qrsub submissions list --sweep champion-3f2a1c   # one remote sweep's candidates
     """
     from rich.table import Table
 
     ledger = open_ledger(ledger_path)
+    if sweep_id:
+        return _list_sweep(ledger, sweep_id)
     if local:
         with _reported():
             rows = ledger.rows(leaderboard=leaderboard, limit=limit)
@@ -87,6 +93,18 @@ def list_cmd(leaderboard: str | None, limit: int, local: bool, ledger_path: str 
                       "yes" if item.get("done") else "no", scores or "-",
                       variants.get(item.get("id"), "-"))
     console().print(table)
+
+
+def _list_sweep(ledger, sweep_id: str) -> None:
+    from qrsub.submit.sweep_remote import sweep_table
+
+    with _reported():
+        rows = ledger.sweep_rows(sweep_id) if ledger.path.exists() else []
+        known = ledger.sweep_ids() if ledger.path.exists() and not rows else []
+    if not rows:
+        raise click.ClickException(f"the ledger {ledger.path} has no sweep {sweep_id!r}; "
+                                   + (f"its sweeps: {', '.join(known)}" if known else "it holds no sweep"))
+    console().print(sweep_table(rows))
 
 
 def _us(seconds: float | None) -> str:

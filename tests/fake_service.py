@@ -12,12 +12,21 @@ status codes and JSON shapes, so the client is tested through real sockets:
 - list, delete, `/leaderboards`, `/gpus/{lb}`, and the profile stream.
 
 Faults are scripted per request (`fault()`): an HTTP status with `detail`, a
-dropped connection, a slow answer, or a body that is not JSON.
+dropped connection, a slow answer, a body that is not JSON, or a request that
+is served (a submission accepted) whose answer is lost; `rate_limit()`
+scripts 429s that name their retry time, as the service's do.
+
+A job's benchmark means come from its script (`bench_means`, nanoseconds per
+case), so submissions of different code can time differently: `script_for()`
+gives every submission whose file name matches a pattern its script (the k-th
+such submission the k-th script, the last one repeated), which is how tests
+give sweep candidates their speeds, their noise and their failures.
 """
 from __future__ import annotations
 
 import email.parser
 import email.policy
+import io
 import json
 import math
 import re
@@ -27,6 +36,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
+
+import pytest
 
 CLI_ID = "fake-cli-id-9f3c2b7e-TOPSECRET"
 STREAM_DETAIL = ("Your code contains the word 'stream'. Work on other CUDA streams is not "
@@ -48,6 +59,7 @@ class JobScript:
     end: str = "done"            # done, failed, timed_out, hacked
     error: str = ""
     passed: bool = True
+    bench_means: list | None = None   # benchmark means in ns per case (default BENCH_MEANS_NS)
 
 
 @dataclass
@@ -68,7 +80,7 @@ class Job:
 class Fault:
     method: str
     path: re.Pattern
-    kind: str                    # status, drop, slow, malformed
+    kind: str                    # status, drop, slow, malformed, lost_answer
     times: int = 1
     status: int = 500
     detail: str = "Internal Server Error"
@@ -82,6 +94,7 @@ class Seen:
     path: str
     headers: dict
     body: bytes
+    at: float = field(default_factory=time.monotonic)   # when it arrived
 
 
 def test_report(passed: bool) -> dict:
@@ -95,14 +108,20 @@ def test_report(passed: bool) -> dict:
     return report
 
 
-def benchmark_report() -> dict:
+def benchmark_report(means=None, passed: bool = True) -> dict:
+    """The harness's benchmark report; when not PASSED, the last case fails its check
+    (the harness reports the error instead of timings) and `check` is fail."""
     report = {"benchmark-count": str(len(TEST_SPECS))}
-    for i, (spec, mean) in enumerate(zip(TEST_SPECS, BENCH_MEANS_NS)):
-        report.update({f"benchmark.{i}.spec": spec, f"benchmark.{i}.runs": "100",
+    for i, (spec, mean) in enumerate(zip(TEST_SPECS, means or BENCH_MEANS_NS)):
+        report[f"benchmark.{i}.spec"] = spec
+        if not passed and i == len(TEST_SPECS) - 1:
+            report.update({f"benchmark.{i}.status": "fail", f"benchmark.{i}.error": "H contains NaN or Inf"})
+            continue
+        report.update({f"benchmark.{i}.runs": "100",
                        f"benchmark.{i}.mean": str(mean), f"benchmark.{i}.std": "500.0",
                        f"benchmark.{i}.err": "50.0", f"benchmark.{i}.best": str(mean * 0.98),
                        f"benchmark.{i}.worst": str(mean * 1.05)})
-    report["check"] = "pass"
+    report["check"] = "pass" if passed else "fail"
     return report
 
 
@@ -119,13 +138,13 @@ def _run(mode: str, passed: bool, *, secret: bool = False, score=None, result=No
     return run
 
 
-def runs_for(mode: str, passed: bool) -> list[dict]:
+def runs_for(mode: str, passed: bool, means=None) -> list[dict]:
     """The runs the service reports for a finished job of MODE."""
     score = geomean_seconds()
     if mode == "test":
         return [_run("test", passed, result=test_report(passed))]
     if mode == "benchmark":
-        return [_run("benchmark", passed, result=benchmark_report())]
+        return [_run("benchmark", passed, result=benchmark_report(means, passed))]
     if not passed:
         return [_run("test", False, result=test_report(False))]
     return [_run("test", True, result=test_report(True)),
@@ -143,6 +162,7 @@ class FakeService:
         self.gpus = list(gpus)
         self.jobs: dict[int, Job] = {}
         self.scripts: list[JobScript] = []
+        self.rules: list[list] = []          # [file-name pattern, [JobScript...], times matched]
         self.faults: list[Fault] = []
         self.seen: list[Seen] = []
         self.lock = threading.Lock()
@@ -175,8 +195,21 @@ class FakeService:
         self.scripts.append(script)
         return script
 
+    def script_for(self, pattern: str, *scripts: dict) -> None:
+        """Submissions whose file name matches PATTERN follow SCRIPTS (JobScript fields):
+        the k-th such submission the k-th, the last one for every later one. Scripts
+        queued with script() come first."""
+        self.rules.append([re.compile(pattern), [JobScript(**kw) for kw in scripts or ({},)], 0])
+
     def fault(self, method: str, path: str, kind: str, times: int = 1, **kwargs) -> None:
         self.faults.append(Fault(method, re.compile(path), kind, times, **kwargs))
+
+    def rate_limit(self, seconds: float, times: int = 1, header: bool = True) -> None:
+        """The next TIMES submissions get a 429 naming SECONDS, in Retry-After (HEADER) or
+        only in the detail text, as the service words it."""
+        self.fault("POST", "/submission/", "status", times, status=429,
+                   detail=f"Rate limit exceeded: try again in {seconds:g} seconds",
+                   headers={"Retry-After": f"{seconds:g}"} if header else {})
 
     def release(self, job_id: int) -> None:
         """Let a held job (one with huge poll counts) reach its end on the next poll."""
@@ -192,11 +225,19 @@ class FakeService:
     def accept(self, leaderboard: str, gpu: str, mode: str, file_name: str, code: str) -> Job:
         with self.lock:
             self._next_id += 1
-            script = self.scripts.pop(0) if self.scripts else JobScript()
+            script = self.scripts.pop(0) if self.scripts else self._rule_script(file_name)
             job = Job(self._next_id, leaderboard, gpu, mode, file_name, code, script,
                       datetime.now(timezone.utc).isoformat())
             self.jobs[job.id] = job
             return job
+
+    def _rule_script(self, file_name: str) -> JobScript:
+        for rule in self.rules:
+            pattern, scripts, matched = rule
+            if pattern.search(file_name):
+                rule[2] += 1
+                return scripts[min(matched, len(scripts) - 1)]
+        return JobScript()
 
     def poll(self, job: Job) -> dict:
         with self.lock:
@@ -216,7 +257,7 @@ class FakeService:
             "id": job.id, "leaderboard_id": 7, "leaderboard_name": job.leaderboard,
             "file_name": job.file_name, "user_id": "42", "submission_time": job.time,
             "done": finished, "code": job.code,
-            "runs": runs_for(job.mode, job.script.passed) if finished else [],
+            "runs": runs_for(job.mode, job.script.passed, job.script.bench_means) if finished else [],
             "job": {"status": status, "error": job.script.error if status in
                     ("failed", "timed_out", "hacked") else None,
                     "last_heartbeat": datetime.now(timezone.utc).isoformat()},
@@ -258,6 +299,12 @@ def _handler_for(service: FakeService):
                 if fault.kind == "drop":
                     self.close_connection = True
                     return  # no answer at all: the client sees the connection close
+                if fault.kind == "lost_answer":   # served, but the answer never reaches the client
+                    answer, self.wfile = self.wfile, io.BytesIO()
+                    if self.headers.get("X-Popcorn-Cli-Id") == service.cli_id:
+                        self._route(method, body)
+                    self.wfile, self.close_connection = answer, True
+                    return
                 if fault.kind == "slow":
                     time.sleep(fault.delay)
                 elif fault.kind == "malformed":
@@ -414,6 +461,13 @@ from task import input_t, output_t
 def custom_kernel(data: input_t) -> output_t:
     return torch.geqrf(data)
 """
+
+
+@pytest.fixture
+def service():
+    """A FakeService running for one test (import it into a test module to use it)."""
+    with FakeService() as svc:
+        yield svc
 
 
 def write_submission(directory, text: str = GOOD_SUBMISSION, name: str = "submission.py"):

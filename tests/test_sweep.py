@@ -170,8 +170,9 @@ def _result(name, value, lo, hi, complete=True, fail=False):
     res = {"candidate": name, "status": "fail", "error": "bad"} if fail else \
         {"candidate": name, "status": "ok", "ratio": ratio, "verdict": g["verdict"]}
     summary = {"candidates": ["BASE", name], "geomean": [{"candidate": "BASE"}, g],
-               "cases": [{"label": "640x512 dense c2", "results": [{"status": "ok"}, res]}]}
-    return {"name": name, "summary": summary, "worker": 0, "cuda_visible_devices": "0"}
+               "cases": [{"label": "640x512 dense c2",
+                          "results": [{"candidate": "BASE", "status": "ok", "median_us": 812.5}, res]}]}
+    return {"name": name, "summary": summary, "worker": 0, "cuda_visible_devices": "0", "where": "0 (0)"}
 
 
 def test_rank_and_best():
@@ -187,6 +188,7 @@ def test_rank_and_best():
     sw.render_ranking(ranked, {"fast": "mid.strip.bn=64"}, console)
     text = console.export_text()
     assert "mid.strip.bn=64" in text and "not timed" in text and "factor residual" in text
+    assert "0 (0)" in text
 
 
 def test_score_ratio_over_untimed_cases():
@@ -270,3 +272,21 @@ def test_cli_sweep_end_to_end_on_the_cpu(tmp_path, monkeypatch):
                for r in data["results"])
     assert len(list((run_dir / "logs").iterdir())) == 2
     assert len(list((run_dir / "variants").glob("*.yaml"))) == 2
+
+
+def test_per_case_table_and_plot_are_shared_by_both_sweeps(tmp_path):
+    results = [_result("slow", 1.05, 1.03, 1.07), _result("fast", 0.95, 0.94, 0.96),
+               {"name": "gated", "stage": "gate", "error": "test 3 failed"}]
+    ranked = sw.rank(results)
+    merged = sw.merged_summary(ranked)
+    assert merged["candidates"] == ["BASE", "fast", "slow"]
+    assert [r["candidate"] for r in merged["cases"][0]["results"]] == ["BASE", "fast", "slow"]
+    assert [g["candidate"] for g in merged["geomean"]] == ["BASE", "fast", "slow"]
+    from rich.console import Console
+    console = Console(record=True, width=200)
+    sw.show_results(ranked, {"fast": "mid.strip.bn=64"}, console, plot=tmp_path / "p.png")
+    text = console.export_text()
+    assert "per case: time / BASE" in text and "812.5" in text and "0.950*" in text and "mid.strip.bn=64" in text
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(sw.SweepError, match="nothing to plot"):
+        sw.merged_summary(ranked[2:])

@@ -63,6 +63,54 @@ def _geomean_summary(runs: Sequence[CaseRun], labels: Sequence[str], j: int) -> 
     return entry
 
 
+def summarize_repeats(ref: Sequence[dict], cand: Sequence[dict], specs: dict, labels: Sequence[str], **meta) -> dict:
+    """`summarize`'s shape for measurements that come one mean per case per run
+    (the service's benchmark mode): REF and CAND hold one dict per submission,
+    case key -> mean seconds; SPECS maps each case key to its spec, in case order.
+
+    Per case, each side's median over its submissions, the range of them as the
+    interval, and the ratio to REF as a `stats.range_ratio` with its
+    `stats.range_verdict`. The geomean compares each submission's geometric mean
+    over the cases every submission timed (the score it would have had), so its
+    range is the spread of whole submissions.
+    """
+    cases = []
+    for key, spec in specs.items():
+        a = [m[key] for m in ref if key in m]
+        b = [m[key] for m in cand if key in m]
+        results = [_repeat_entry(labels[0], a), _repeat_entry(labels[1], b)]
+        if a and b:
+            r = stats.range_ratio(a, b)
+            results[1].update(ratio=r.to_dict(), verdict=stats.range_verdict(r, len(a), len(b)))
+        cases.append({"spec": spec, "label": spec_label(spec, key), "rounds": len(b), "results": results})
+    common = [k for k in specs if all(k in m for m in (*ref, *cand))]
+    scores = [[stats.geomean([m[k] for k in common]) for m in side] if common else [] for side in (ref, cand)]
+    geomean = []
+    for j, (side, score) in enumerate(zip((ref, cand), scores)):
+        entry: dict = {"candidate": labels[j], "cases": len(common), "complete": len(common) == len(specs),
+                       "runs": len(side)}
+        if score:
+            entry["geomean_us"] = stats.median(score) * 1e6
+        geomean.append(entry)
+    if all(scores):
+        r = stats.range_ratio(*scores)
+        geomean[1].update(ratio=r.to_dict(), verdict=stats.range_verdict(r, len(ref), len(cand)),
+                          ratio_cases=len(common))
+    return {**meta, "candidates": list(labels), "cases": cases, "geomean": geomean}
+
+
+def _repeat_entry(label: str, values: Sequence[float]) -> dict:
+    if not values:
+        return {"candidate": label, "status": "skipped"}
+    return {"candidate": label, "status": "ok", "reps": len(values), "median_us": stats.median(values) * 1e6,
+            "lo_us": min(values) * 1e6, "hi_us": max(values) * 1e6, "samples_s": list(values)}
+
+
+def spec_label(spec: dict, key: str) -> str:
+    """case_label when the spec has the fields, else the service's own spec text."""
+    return case_label(spec) if {"batch", "n", "cond"} <= set(spec) else key
+
+
 # ------------------------------------------------------------------ rendering
 
 def _fmt_us(x: float) -> str:
@@ -73,7 +121,7 @@ def _fmt_ratio(r: dict) -> str:
     return f"{r['value']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}]"
 
 
-_VERDICT_STYLE = {stats.FASTER: "green", stats.SLOWER: "red", stats.NOISE: "dim"}
+VERDICT_STYLE = {stats.FASTER: "green", stats.SLOWER: "red", stats.NOISE: "dim"}
 
 
 def render(summary: dict, console=None) -> None:
@@ -96,7 +144,7 @@ def render(summary: dict, console=None) -> None:
                 continue
             ratio = _fmt_ratio(res["ratio"]) if "ratio" in res else ("—" if k == 0 else "")
             verdict = res.get("verdict", "")
-            vstyle = _VERDICT_STYLE.get(verdict, "")
+            vstyle = VERDICT_STYLE.get(verdict, "")
             table.add_row(*first, res["candidate"], _fmt_us(res["median_us"]),
                           f"[{_fmt_us(res['lo_us'])}, {_fmt_us(res['hi_us'])}]", ratio,
                           f"[{vstyle}]{verdict}[/]" if vstyle else verdict, str(res["reps"]), stop)
@@ -109,7 +157,7 @@ def render(summary: dict, console=None) -> None:
     for g in summary["geomean"]:
         ratio = _fmt_ratio(g["ratio"]) if "ratio" in g else "—"
         verdict = g.get("verdict", "")
-        vstyle = _VERDICT_STYLE.get(verdict, "")
+        vstyle = VERDICT_STYLE.get(verdict, "")
         cases = f"{g['cases']}/{len(summary['cases'])}" + ("" if g["complete"] else " (incomplete)")
         gm.add_row(g["candidate"], _fmt_us(g["geomean_us"]) if "geomean_us" in g else "—", ratio,
                    f"[{vstyle}]{verdict}[/]" if vstyle else verdict, cases)
@@ -144,7 +192,8 @@ def verdict_lines(summary: dict) -> list[str]:
 
 
 def plot(summary: dict, path: str | Path) -> None:
-    """Per-case ratio bars with their 95% intervals, the geomean last (PNG)."""
+    """Per-case ratio bars with their intervals (95% unless SUMMARY's `interval` says
+    otherwise), the geomean last (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,7 +225,7 @@ def plot(summary: dict, path: str | Path) -> None:
     ax.set_xticks(range(len(xlabels)))
     ax.set_xticklabels(xlabels, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel(f"time / {labels[0]}  (below 1 is faster)")
-    ax.set_title(f"qrsub bench: ratio to {labels[0]}, 95% intervals")
+    ax.set_title(f"qrsub bench: ratio to {labels[0]}, {summary.get('interval', '95% intervals')}")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(str(path), format="png", dpi=120)
