@@ -105,7 +105,7 @@ def test_the_walk_reaches_every_subcommand():
 @pytest.mark.parametrize("name,known", [("variants/champion.yaml", True), ("champion-nograph", True),
                                         (DEFAULT_SUBMISSION, True), ("variants/bn32.yaml", False),
                                         ("~/reference-kernels/problems/qr_v2", False), ("my_try.py", False),
-                                        ("/tmp/x.py", False), ("../shared/docs", False)])
+                                        ("/tmp/x.py", False), ("../elsewhere/docs", False)])
 def test_the_check_tells_a_repository_file_from_one_that_is_not(name, known):
     assert exists(name) is known
 
