@@ -72,7 +72,6 @@ def far_update(src, H, Y, Tb, J, ob):
         torch.baddbmm(C, Y, W, alpha=-1.0, out=out)
 
 
-
 def one_program_panel(route):
     """The inner-panel function of qr_twolevel: one program per matrix."""
     def panel(src, H, tau, T, V, j, bw, v_col_off, v_row_off):

@@ -53,6 +53,12 @@ def exchange_counter(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC: tl.c
 
 
 @triton.jit
+def unwritten(words):
+    """How many of the words still hold SLOT_SENTINEL."""
+    return tl.sum((words.to(tl.int32, bitcast=True) == SLOT_SENTINEL).to(tl.int32))
+
+
+@triton.jit
 def exchange_slots(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: tl.constexpr):
     """Sum row_k and proj over the NC programs of matrix pid through reflector k's own slot,
     filled with SLOT_SENTINEL before the launch: each program writes its partials and polls
@@ -63,15 +69,13 @@ def exchange_slots(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB:
     tl.store(slot + p * PW + cols, row_k)
     tl.store(slot + p * PW + BB + cols, proj)
     words = tl.arange(0, NC)[:, None] * PW + cols[None, :]
-    row_parts = tl.load(slot + words, volatile=True)
-    proj_parts = tl.load(slot + BB + words, volatile=True)
-    waiting = tl.sum((row_parts.to(tl.int32, bitcast=True) == SLOT_SENTINEL).to(tl.int32)
-                     + (proj_parts.to(tl.int32, bitcast=True) == SLOT_SENTINEL).to(tl.int32))
+    row_parts = tl.zeros((NC, BB), dtype=tl.float32)  # Triton's loops carry only what exists before them
+    proj_parts = tl.zeros((NC, BB), dtype=tl.float32)
+    waiting = 1
     while waiting > 0:
         row_parts = tl.load(slot + words, volatile=True)
         proj_parts = tl.load(slot + BB + words, volatile=True)
-        waiting = tl.sum((row_parts.to(tl.int32, bitcast=True) == SLOT_SENTINEL).to(tl.int32)
-                         + (proj_parts.to(tl.int32, bitcast=True) == SLOT_SENTINEL).to(tl.int32))
+        waiting = unwritten(row_parts) + unwritten(proj_parts)
     return tl.sum(row_parts, axis=0), tl.sum(proj_parts, axis=0)
 
 

@@ -176,11 +176,6 @@ SECTIONS = {"panel": PanelKnobs, "strip": StripKnobs, "precision": PrecisionKnob
 DRIVER_DOC = "geqrf (torch), blocked (single-level), twolevel, coop (cooperative two-level)"
 
 
-def knob_fields(group) -> tuple:
-    """The dataclass fields of a knob group (class or instance)."""
-    return fields(group)
-
-
 def value_problems(group) -> list:
     """[(field name, allowed text)] for the knobs of one group whose value is not allowed."""
     out = []

@@ -45,17 +45,10 @@ def apply_rows(src, dst, vb, v_ld, n, r_lo, r_hi, ncols, cn, W,
 
 
 @triton.jit
-def update_columns(src, dst, vb, v_ld, n, L, ncols, cn, T,
-                   BB: tl.constexpr, BM: tl.constexpr, NUM_STAGES: tl.constexpr,
-                   PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr):
-    """C <- C - V (T^T (V^T C)) on columns cn (BN of them, those < ncols) of one matrix's
-    L-row block: src and dst point at the block's first element (row stride n), vb at V's
-    first row (row stride v_ld, BB columns, zero beyond the panel's width), T (BB x BB,
-    registers) is the block reflector's factor."""
-    W = project_rows(src, vb, v_ld, n, 0, L, ncols, cn, tl.zeros((BB, cn.shape[0]), dtype=tl.float32),
-                     BB, BM, NUM_STAGES, PROJECT)
-    W = dot_prec(tl.trans(T), W, tl.zeros((BB, cn.shape[0]), dtype=tl.float32), TCONTRACT)
-    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
+def block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld):
+    """Matrix pid's trailing block in src and dst (its first element at c_off) and its V's first row."""
+    return (src_ptr + pid * n * n + c_off, dst_ptr + pid * n * n + c_off,
+            v_ptr + pid * n * v_ld + v_row_off * v_ld + v_col_off)
 
 
 @triton.jit
@@ -78,11 +71,14 @@ def trailing_strip_kernel(
     """
     s = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
+    cn = s * BN + tl.arange(0, BN)
     cb = tl.arange(0, BB)
+    src, dst, vb = block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
+    W = project_rows(src, vb, v_ld, n, 0, L, ncols, cn, tl.zeros((BB, BN), dtype=tl.float32),
+                     BB, BM, NUM_STAGES, PROJECT)
     T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
-    update_columns(src_ptr + pid * n * n + c_off, dst_ptr + pid * n * n + c_off,
-                   v_ptr + pid * n * v_ld + v_row_off * v_ld + v_col_off, v_ld, n, L, ncols,
-                   s * BN + tl.arange(0, BN), T, BB, BM, NUM_STAGES, PROJECT, TCONTRACT, APPLY)
+    W = dot_prec(tl.trans(T), W, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
+    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
 
 
 @triton.jit
@@ -99,8 +95,8 @@ def project_split_kernel(
     pid = tl.program_id(2).to(tl.int64)
     cn = s * BN + tl.arange(0, BN)
     cb = tl.arange(0, BB)
-    W = project_rows(src_ptr + pid * n * n + c_off, v_ptr + pid * n * v_ld + v_row_off * v_ld + v_col_off, v_ld, n,
-                     p * rows_per, tl.minimum((p + 1) * rows_per, L), ncols, cn,
+    src, _, vb = block_pointers(src_ptr, src_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
+    W = project_rows(src, vb, v_ld, n, p * rows_per, tl.minimum((p + 1) * rows_per, L), ncols, cn,
                      tl.zeros((BB, BN), dtype=tl.float32), BB, BM, NUM_STAGES, PROJECT)
     tl.store(w_ptr + pid * w_bs + p * w_ss + cb[:, None] * w_ld + cn[None, :], W)
 
@@ -125,9 +121,9 @@ def apply_split_kernel(
         W += tl.load(w_ptr + pid * w_bs + q * w_ss + cb[:, None] * w_ld + cn[None, :])
     T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
     W = dot_prec(tl.trans(T), W, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
-    apply_rows(src_ptr + pid * n * n + c_off, dst_ptr + pid * n * n + c_off,
-               v_ptr + pid * n * v_ld + v_row_off * v_ld + v_col_off, v_ld, n,
-               p * rows_per, tl.minimum((p + 1) * rows_per, L), ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
+    src, dst, vb = block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
+    apply_rows(src, dst, vb, v_ld, n, p * rows_per, tl.minimum((p + 1) * rows_per, L), ncols, cn, W,
+               BB, BM, NUM_STAGES, APPLY)
 
 
 def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row_off=None, v_col_off=0):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -183,10 +183,10 @@ class Knob:
 
 def _knobs(group: type, prefix: tuple[str, ...]) -> tuple[Knob, ...]:
     return tuple(Knob((*prefix, f.name), f.default, f.metadata["allowed"], f.metadata["doc"])
-                 for f in plan.knob_fields(group))
+                 for f in fields(group))
 
 
-_DRIVER_FIELD = next(f for f in plan.knob_fields(plan.Route) if f.name == "driver")
+_DRIVER_FIELD = next(f for f in fields(plan.Route) if f.name == "driver")
 # Every route knob, in the order of the variant files: the driver, then each section's fields.
 ROUTE_KNOBS: tuple[Knob, ...] = (
     Knob(("driver",), _DRIVER_FIELD.default, _DRIVER_FIELD.metadata["allowed"], _DRIVER_FIELD.metadata["doc"]),
