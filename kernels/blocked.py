@@ -19,7 +19,6 @@ import contextlib
 import torch
 
 from .coop import coop_panel
-from .lookahead import strip_then_panel
 from .panel import householder_panel, padded_width
 from .scratch import scratch
 from .strip import trailing_strip
@@ -32,20 +31,16 @@ def qr_geqrf(A: torch.Tensor, route):
 
 def qr_blocked(A: torch.Tensor, route):
     """Single-level blocked QR: for each panel of route.panel.width columns, the panel, then
-    one trailing strip over every column right of it; with route.strip.lookahead, one
-    launch per panel that does the strip and factors the next panel (lookahead.py)."""
+    one trailing strip over every column right of it."""
     batch, n, _ = A.shape
     b = min(route.panel.width, n)
     BB = padded_width(b)
     H = torch.empty_like(A)
     tau = torch.empty(batch, n, dtype=A.dtype, device=A.device)
-    panels = [(j, min(b, n - j)) for j in range(0, n, b)]
-    if route.strip.lookahead != "off":
-        blocked_lookahead(A, H, tau, panels, BB, route)
-        return H, tau
     T = scratch("T", (batch, BB, BB), A.dtype, A.device)
     V = scratch("V", (batch, n, BB), A.dtype, A.device)
-    for j, bw in panels:
+    for j in range(0, n, b):
+        bw = min(b, n - j)
         src = A if j == 0 else H
         last = j + bw >= n
         householder_panel(src, H, tau, None if last else T, None if last else V, j, bw,
@@ -53,23 +48,6 @@ def qr_blocked(A: torch.Tensor, route):
         if not last:
             trailing_strip(src, H, V, T, j, j + bw, n - j - bw, strip=route.strip, precision=route.precision)
     return H, tau
-
-
-def blocked_lookahead(A, H, tau, panels, BB, route):
-    """qr_blocked's loop with the look-ahead launch: the first panel alone, then per panel
-    one launch that applies it and factors the next. Panels alternate between two V and T
-    buffers (a launch reads one and writes the other)."""
-    batch, n, _ = A.shape
-    T = scratch("T2", (2, batch, BB, BB), A.dtype, A.device)
-    V = scratch("V2", (2, batch, n, BB), A.dtype, A.device)
-    j, bw = panels[0]
-    last = len(panels) == 1
-    householder_panel(A, H, tau, None if last else T[0], None if last else V[0], j, bw,
-                      num_warps=route.panel.num_warps)
-    for k, ((j, bw), (_, next_bw)) in enumerate(zip(panels, panels[1:])):
-        now, nxt = k % 2, (k + 1) % 2
-        strip_then_panel(A if j == 0 else H, H, tau, V[now], T[now], V[nxt], T[nxt], j, bw, next_bw,
-                         strip=route.strip, precision=route.precision, panel_warps=route.panel.num_warps)
 
 
 @contextlib.contextmanager

@@ -90,27 +90,6 @@ def store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld):
 
 
 @triton.jit
-def factor_panel(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
-                 n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
-                 BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
-                 FULL: tl.constexpr):
-    """Matrix pid's panel, factored by the calling program: householder_panel_kernel's body,
-    shared with the look-ahead strip (lookahead.py), whose first program per matrix calls it."""
-    rows = tl.arange(0, BL)
-    cols = tl.arange(0, BB)
-    P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
-    for k in range(0, bw):
-        x, tail, row_k, proj = column_sums(P, rows, cols, k)
-        P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k)
-    tl.store(dst_ptr + pid * n * n + offs, P, mask=in_panel)
-    tl.store(tau_ptr + pid * n + tau_off + cols, taus, mask=cols < bw)
-    if WRITE_T:
-        tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], T)
-    if WRITE_V:
-        store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
-
-
-@triton.jit
 def householder_panel_kernel(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
@@ -130,9 +109,19 @@ def householder_panel_kernel(
     Invariants: BL >= L and BB >= bw are powers of two; BB >= 16 when T feeds
     tl.dot; the panel fits in registers (BL * BB / (32 * num_warps) values a thread).
     """
-    factor_panel(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, tl.program_id(0).to(tl.int64),
-                 n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
-                 BL, BB, WRITE_T, WRITE_V, FULL)
+    pid = tl.program_id(0).to(tl.int64)
+    rows = tl.arange(0, BL)
+    cols = tl.arange(0, BB)
+    P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
+    for k in range(0, bw):
+        x, tail, row_k, proj = column_sums(P, rows, cols, k)
+        P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k)
+    tl.store(dst_ptr + pid * n * n + offs, P, mask=in_panel)
+    tl.store(tau_ptr + pid * n + tau_off + cols, taus, mask=cols < bw)
+    if WRITE_T:
+        tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], T)
+    if WRITE_V:
+        store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
 
 
 def padded_width(bw: int) -> int:

@@ -25,10 +25,6 @@ DRIVERS = ("geqrf", "blocked", "twolevel", "coop")
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
 # How the cooperative panel's programs exchange partial sums per reflector (coop.py).
 COOP_EXCHANGES = ("counter", "slots")
-# StripKnobs.lookahead (lookahead.py): off, or the order the look-ahead launch hands its
-# programs to the GPU. interleaved: each matrix's panel program just before its strip
-# programs; panels_first: every matrix's panel program before any strip-only program.
-LOOKAHEAD = ("off", "interleaved", "panels_first")
 # No concurrent-groups mode: overlapping groups needs side queues, which the service
 # warns may disqualify and whose usual spelling it refuses outright.
 GRAPH_MODES = ("off", "capture")
@@ -133,10 +129,6 @@ class StripKnobs:
     num_warps: int = knob(2, Pow2(1, 16), "strip num_warps")
     split_rows: int = knob(0, Pow2(16, 8192, zero_is_off=True), "rows per program when a strip's rows are "
                                                                "split over programs (taller strips only); 0: off")
-    lookahead: str = knob("off", OneOf(LOOKAHEAD), "off, or the first strip program of each matrix factors the "
-                                                   "next panel after its update (one launch per step, at "
-                                                   "panel.num_warps): interleaved or panels_first, the order "
-                                                   "programs reach the GPU")
 
 
 @dataclass(frozen=True)
@@ -208,7 +200,6 @@ def route_problems(driver: str, sections: dict) -> list:
                     f"({strip.bm}): each split is a whole number of row tiles"))
     panel, twolevel = sections["panel"], sections["twolevel"]
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
-    out += lookahead_problems(driver, panel, strip, width_ok)
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))
     if driver not in TWO_LEVEL_DRIVERS:
         return out
@@ -220,23 +211,6 @@ def route_problems(driver: str, sections: dict) -> list:
                     f"{twolevel.outer}; allowed: an outer block that is a multiple of panel.width "
                     "(inner panels tile the outer block)"))
     return out
-
-
-def lookahead_problems(driver: str, panel, strip, width_ok: bool) -> list:
-    """The look-ahead strip's rules: single-level driver, whole strips, strip 0 holds the next panel."""
-    if strip.lookahead == "off" or OneOf(LOOKAHEAD).problem(strip.lookahead):
-        return []
-    path = ("strip", "lookahead")
-    if driver != "blocked":
-        return [(path, f"got {strip.lookahead} with driver {driver}; allowed: off (the look-ahead launch "
-                 "is the blocked driver's)")]
-    if strip.split_rows:
-        return [(path, f"got {strip.lookahead} with strip.split_rows {strip.split_rows}; allowed: off, "
-                 "or split_rows 0 (the look-ahead launch updates whole strips)")]
-    if width_ok and not value_problems(strip) and strip.bn < panel.width:
-        return [(path, f"got {strip.lookahead} with strip.bn {strip.bn} < panel.width {panel.width}; "
-                 "allowed: off, or bn >= panel.width (the first strip holds the whole next panel)")]
-    return []
 
 
 @dataclass(frozen=True)

@@ -52,23 +52,6 @@ def block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off,
 
 
 @triton.jit
-def update_strip(src_ptr, dst_ptr, v_ptr, t_ptr, s, pid,
-                 n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld,
-                 BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
-                 PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr):
-    """Strip s of matrix pid, updated by the calling program: trailing_strip_kernel's body,
-    shared with the look-ahead strip (lookahead.py)."""
-    cn = s * BN + tl.arange(0, BN)
-    cb = tl.arange(0, BB)
-    src, dst, vb = block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
-    W = project_rows(src, vb, v_ld, n, 0, L, ncols, cn, tl.zeros((BB, BN), dtype=tl.float32),
-                     BB, BM, NUM_STAGES, PROJECT)
-    T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
-    W = dot_prec(tl.trans(T), W, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
-    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
-
-
-@triton.jit
 def trailing_strip_kernel(
     src_ptr, dst_ptr, v_ptr, t_ptr,
     n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld,
@@ -86,9 +69,16 @@ def trailing_strip_kernel(
     APPLY are PrecisionKnobs' project, tcontract, apply.
     Invariants: BB, BM, BN are powers of two >= 16.
     """
-    update_strip(src_ptr, dst_ptr, v_ptr, t_ptr, tl.program_id(0), tl.program_id(1).to(tl.int64),
-                 n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld,
-                 BB, BM, BN, NUM_STAGES, PROJECT, TCONTRACT, APPLY)
+    s = tl.program_id(0)
+    pid = tl.program_id(1).to(tl.int64)
+    cn = s * BN + tl.arange(0, BN)
+    cb = tl.arange(0, BB)
+    src, dst, vb = block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
+    W = project_rows(src, vb, v_ld, n, 0, L, ncols, cn, tl.zeros((BB, BN), dtype=tl.float32),
+                     BB, BM, NUM_STAGES, PROJECT)
+    T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
+    W = dot_prec(tl.trans(T), W, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
+    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
 
 
 @triton.jit

@@ -72,8 +72,6 @@ GROUPS: tuple[KernelGroup, ...] = (
                 kernels=("coop_panel_kernel",)),
     KernelGroup("strip", "the trailing update by a panel's reflectors (kernels/strip.py)",
                 kernels=("trailing_strip_kernel", "project_split_kernel", "apply_split_kernel")),
-    KernelGroup("strip+panel", "the look-ahead launch: a panel's strip and the next panel (kernels/lookahead.py)",
-                kernels=("strip_then_panel_kernel",)),
     KernelGroup("GEMM tf32", "cuBLAS/CUTLASS GEMMs on tensor cores in tf32 (the name says tf32, "
                 "or CUTLASS's s1688gemm)", pattern=r"tf32|s1688gemm"),
     KernelGroup("GEMM fp32 SIMT", "cuBLAS GEMMs and GEMVs in fp32 on the CUDA cores (ffma, sgemm, simt, "

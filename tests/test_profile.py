@@ -31,7 +31,6 @@ EXPECTED_GROUPS = {
     "trailing_strip_kernel": "strip",
     "project_split_kernel": "strip",
     "apply_split_kernel": "strip",
-    "strip_then_panel_kernel": "strip+panel",
     TF32_GEMM: "GEMM tf32",
     "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4": "GEMM tf32",
     SIMT_GEMM: "GEMM fp32 SIMT",
