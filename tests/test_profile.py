@@ -269,4 +269,6 @@ def test_profile_the_champion_on_the_gpu(tmp_path):
     assert case["status"] == "ok" and case["launches"] > 0 and case["wall_us"] > 0
     groups = {g["group"]: g for g in case["groups"]}
     assert "panel" in groups and groups["panel"]["launches"] >= 1
-    assert 0 < case["busy_us"] <= case["kernel_us"] + 1e-6
+    # The union of intervals from the trace's absolute timestamps (about 1e12 ns) rounds at
+    # about 1e-4 µs: equal to the kernel sum when nothing overlaps, never more beyond that.
+    assert 0 < case["busy_us"] <= case["kernel_us"] + 1e-3
