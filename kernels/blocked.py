@@ -22,7 +22,7 @@ from .coop import coop_panel
 from .panel import householder_panel, padded_width
 from .scratch import scratch
 from .strip import trailing_strip
-from .wy import wy_merge
+from .wy import block_t, wy_merge
 
 
 def qr_geqrf(A: torch.Tensor, route):
@@ -98,7 +98,9 @@ def factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far):
         if j + bw < J + ob:
             trailing_strip(src if j == 0 else H, H, Vb, Ti, j, j + bw, J + ob - j - bw,
                            strip=route.strip, precision=route.precision, v_col_off=j - J)
-    if far:
+    if far and route.twolevel.block_t == "kernel":
+        block_t(Vb[:, J:, :ob], Tin, b, Tb[:, :ob, :ob])
+    elif far:
         wy_merge(Vb[:, J:, :ob], Tin, widths, Tb[:, :ob, :ob])
 
 

@@ -25,6 +25,8 @@ DRIVERS = ("geqrf", "blocked", "twolevel", "coop")
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
 # How the cooperative panel's programs exchange partial sums per reflector (coop.py).
 COOP_EXCHANGES = ("counter", "slots")
+# TwoLevelKnobs.block_t (wy.py): a block's T by torch products, or by one Triton launch.
+BLOCK_T = ("merge", "kernel")
 # No concurrent-groups mode: overlapping groups needs side queues, which the service
 # warns may disqualify and whose usual spelling it refuses outright.
 GRAPH_MODES = ("off", "capture")
@@ -145,6 +147,8 @@ class TwoLevelKnobs:
     outer: int = knob(128, Pow2(32, 512), "two-level outer block O (a multiple of panel.width)")
     # fp32 by default: tf32 in the far update was measured safe only at n >= 1024.
     far_precision: str = knob("fp32", OneOf(("fp32", "tf32")), "precision of the cuBLAS far update")
+    block_t: str = knob("merge", OneOf(BLOCK_T), "how a block's T is built from its inner T: merge (torch "
+                                                 "products, ~4 launches per inner panel) or kernel (one launch)")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,16 @@
-"""The WY merge: one block reflector's T from the T_i of the panels inside it.
+"""The block T of a two-level block: one block reflector's T from the T_i of the panels inside it.
 
 For Q = (I - Y1 T1 Y1^T)(I - Y2 T2 Y2^T) = I - Y T Y^T with Y = [Y1 Y2]:
 T = [[T1, -T1 (Y1^T Y2) T2], [0, T2]]. All cross Gram blocks come from one
 Y^T Y product; the merge then walks the inner blocks left to right.
+
+TwoLevelKnobs.block_t picks how: `merge` runs the walk as torch products (about four
+small launches per inner block), `kernel` runs it in one Triton launch per block
+(block_t_kernel) after the same Gram product.
 """
 import torch
+import triton
+import triton.language as tl
 
 
 def wy_merge(Y: torch.Tensor, inner_T: torch.Tensor, widths: list, out: torch.Tensor) -> torch.Tensor:
@@ -24,4 +30,50 @@ def wy_merge(Y: torch.Tensor, inner_T: torch.Tensor, widths: list, out: torch.Te
             cross = torch.bmm(out[:, :done, :done], gram[:, :done, done:done + w])
             out[:, :done, done:done + w] = -torch.bmm(cross, Ti)
         done += w
+    return out
+
+
+@triton.jit
+def block_t_kernel(g_ptr, tin_ptr, t_ptr, g_bs, g_ld, tin_bs, tin_ps, tin_ld, t_bs, t_ld,
+                   OB: tl.constexpr, B: tl.constexpr):
+    """Grid: (OB // B, batch). Program (r, i) writes rows [r*B, (r+1)*B) of matrix i's block T
+    (OB x OB, zero below the diagonal; t_ptr + i*t_bs, row stride t_ld) from its Gram matrix
+    G = Y^T Y (g_ptr + i*g_bs, row stride g_ld) and its OB/B inner T_k (B x B, at
+    tin_ptr + i*tin_bs + k*tin_ps, row stride tin_ld).
+
+    Block (r, k) of T is -sum_q T[r, q] G[q, k] T_k for r < k (q from r to k-1), T_k for
+    r == k, zero for r > k. A row of blocks needs only its own earlier blocks, so the rows
+    are independent programs, each walking its columns left to right. Products in IEEE fp32
+    (FMA; the blocks are tiny). Invariants: OB and B powers of two, B >= 16, B divides OB.
+    """
+    r = tl.program_id(0)
+    pid = tl.program_id(1).to(tl.int64)
+    g = g_ptr + pid * g_bs
+    t = t_ptr + pid * t_bs + (r * B) * t_ld  # this program's rows
+    cb = tl.arange(0, B)
+    for q in range(0, r):  # below the diagonal
+        tl.store(t + cb[:, None] * t_ld + (q * B + cb)[None, :], tl.zeros((B, B), dtype=tl.float32))
+    tl.store(t + cb[:, None] * t_ld + (r * B + cb)[None, :],
+             tl.load(tin_ptr + pid * tin_bs + r * tin_ps + cb[:, None] * tin_ld + cb[None, :]))
+    tl.debug_barrier()
+    for k in range(r + 1, OB // B):
+        acc = tl.zeros((B, B), dtype=tl.float32)
+        for q in range(r, k):
+            T_rq = tl.load(t + cb[:, None] * t_ld + (q * B + cb)[None, :])
+            G_qk = tl.load(g + (q * B + cb)[:, None] * g_ld + (k * B + cb)[None, :])
+            acc = tl.dot(T_rq, G_qk, acc, input_precision="ieee")
+        T_k = tl.load(tin_ptr + pid * tin_bs + k * tin_ps + cb[:, None] * tin_ld + cb[None, :])
+        tl.store(t + cb[:, None] * t_ld + (k * B + cb)[None, :], -tl.dot(acc, T_k, input_precision="ieee"))
+        tl.debug_barrier()  # the next block of this row reads this one
+
+
+def block_t(Y: torch.Tensor, inner_T: torch.Tensor, width: int, out: torch.Tensor) -> torch.Tensor:
+    """wy_merge's result in one launch after the Gram product: every inner panel `width` wide
+    (a block with a far update is whole), inner_T: batch x ob/width x width x width."""
+    batch, _, ob = Y.shape
+    assert ob % width == 0 and inner_T.shape[-1] == width and inner_T.shape[1] >= ob // width
+    gram = torch.bmm(Y.transpose(1, 2), Y)
+    block_t_kernel[(ob // width, batch)](
+        gram, inner_T, out, gram.stride(0), gram.stride(1), inner_T.stride(0), inner_T.stride(1),
+        inner_T.stride(2), out.stride(0), out.stride(1), OB=ob, B=width, num_warps=1 if width <= 16 else 2)
     return out

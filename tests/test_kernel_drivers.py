@@ -57,3 +57,15 @@ def test_a_two_level_route_refuses_narrow_panels(driver):
     with pytest.raises(ValueError, match="panel.width: got 8 with driver"):
         route(driver=driver, panel=dict(width=8))
 
+
+
+def test_block_t_kernel_gives_the_merge_result():
+    """twolevel.block_t: kernel builds each block's T in one launch; the factorization is the
+    merge's to rounding (n=40, outer 32: a block with a far update, then a ragged one; coop
+    shares the block code)."""
+    A = special_matrices(40, batch=3)
+    H_ref, tau_ref = DRIVERS["twolevel"](A, route(driver="twolevel"))
+    H, tau = DRIVERS["twolevel"](A, route(driver="twolevel", twolevel=dict(block_t="kernel")))
+    torch.testing.assert_close(H, H_ref, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(tau, tau_ref, atol=1e-6, rtol=1e-5)
+    assert harness_check(A, H, tau) < 0.5

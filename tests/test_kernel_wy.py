@@ -1,8 +1,11 @@
-"""The WY merge against larft over the whole block and against wy_merge_ref."""
+"""The block T (the torch merge and the one-launch kernel) against larft over the whole block
+and against wy_merge_ref."""
+import pytest
 import torch
+from kernel_helpers import DEVICE
 
 from qrsub.kernels.naive import larft, panel_ref, wy_merge_ref
-from qrsub.kernels.wy import wy_merge
+from qrsub.kernels.wy import block_t, wy_merge
 
 
 def test_wy_merge_equals_larft_of_the_whole_block():
@@ -22,3 +25,29 @@ def test_wy_merge_equals_larft_of_the_whole_block():
     torch.testing.assert_close(out[0], larft(V, tau))
     torch.testing.assert_close(out[0], wy_merge_ref(V, Ts))
 
+
+
+@pytest.mark.parametrize("ob,width", [(32, 16), (64, 16), (128, 32)])
+def test_block_t_kernel_equals_the_merge(ob, width):
+    """One launch per block (TwoLevelKnobs.block_t: kernel) against the torch merge and larft,
+    on a block with an exactly zero column (tau = 0: a zero row and column in T)."""
+    g = torch.Generator().manual_seed(ob)
+    batch, L = 2, ob + 24
+    Y = torch.zeros(batch, L, ob)
+    inner = torch.zeros(batch, ob // width, width, width)
+    whole = []
+    for i in range(batch):
+        A = torch.randn(L, ob, generator=g, dtype=torch.float64)
+        A[:, ob // 2 + 1] = 0
+        _, tau, _, V = panel_ref(A)
+        Y[i] = V.float()
+        for k in range(ob // width):
+            inner[i, k] = larft(V[:, k * width:(k + 1) * width], tau[k * width:(k + 1) * width]).float()
+        whole.append(larft(V, tau))
+    Y, inner = Y.to(DEVICE), inner.to(DEVICE)
+    out = torch.full((batch, ob, ob), float("nan"), device=DEVICE)  # every entry must be written
+    block_t(Y, inner, width, out)
+    merged = wy_merge(Y, inner, [width] * (ob // width), torch.empty_like(out))
+    torch.testing.assert_close(out, merged, atol=1e-5, rtol=1e-4)
+    for i in range(batch):
+        torch.testing.assert_close(out[i].double().cpu(), whole[i], atol=1e-4, rtol=1e-3)
