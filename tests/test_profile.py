@@ -31,6 +31,7 @@ EXPECTED_GROUPS = {
     "trailing_strip_kernel": "strip",
     "project_split_kernel": "strip",
     "apply_split_kernel": "strip",
+    "block_t_kernel": "block T",
     TF32_GEMM: "GEMM tf32",
     "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4": "GEMM tf32",
     SIMT_GEMM: "GEMM fp32 SIMT",
