@@ -9,7 +9,7 @@ One module per stage, each with its plain-torch reference in `naive.py`:
 - `panel`      one program per matrix factors an L x b panel in registers, building T as it goes
 - `coop`       the cooperative panel: NC programs per matrix share a tall panel's rows
 - `strip`      the fused trailing update C <- C - V (T^T (V^T C))
-- `wy`         the WY merge of inner T factors into a two-level block's T
+- `wy`         a two-level block's T from its inner T: the torch merge, or one Triton launch
 - `blocked`    drivers: single-level, two-level and cooperative two-level blocked QR
 - `graphs`     CUDA-graph capture per input shape
 - `routing`    a route per (n, batch), and the public entry `qr_routed`
