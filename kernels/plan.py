@@ -27,6 +27,8 @@ TWO_LEVEL_DRIVERS = ("twolevel", "coop")
 COOP_EXCHANGES = ("counter", "slots")
 # TwoLevelKnobs.block_t (wy.py): a block's T by torch products, or by one Triton launch.
 BLOCK_T = ("merge", "kernel")
+# TwoLevelKnobs.gram (wy.py): the block's Y^T Y through cuBLAS in fp32, or on tensor cores.
+GRAM = ("cublas", "fp16x3", "tf32x3")
 # No concurrent-groups mode: overlapping groups needs side queues, which the service
 # warns may disqualify and whose usual spelling it refuses outright.
 GRAPH_MODES = ("off", "capture")
@@ -149,6 +151,8 @@ class TwoLevelKnobs:
     far_precision: str = knob("fp32", OneOf(("fp32", "tf32")), "precision of the cuBLAS far update")
     block_t: str = knob("merge", OneOf(BLOCK_T), "how a block's T is built from its inner T: merge (torch "
                                                  "products, ~4 launches per inner panel) or kernel (one launch)")
+    gram: str = knob("cublas", OneOf(GRAM), "the block's Gram product Y^T Y for block_t: kernel: cuBLAS in "
+                                           "fp32, or a Triton kernel on tensor cores in fp16x3 or tf32x3")
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,9 @@ def route_problems(driver: str, sections: dict) -> list:
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))
     if driver not in TWO_LEVEL_DRIVERS:
         return out
+    if twolevel.gram != "cublas" and twolevel.block_t != "kernel" and not value_problems(twolevel):
+        out.append((("twolevel", "gram"), f"got {twolevel.gram} with twolevel.block_t {twolevel.block_t}; "
+                    "allowed: cublas, or block_t kernel (the torch merge takes cuBLAS's product)"))
     if width_ok and panel.width < MIN_DOT_WIDTH:
         out.append((("panel", "width"), f"got {panel.width} with driver {driver}; allowed: at least "
                     f"{MIN_DOT_WIDTH} (the inner panels' V and T feed tensor-core products)"))

@@ -6,11 +6,16 @@ Y^T Y product; the merge then walks the inner blocks left to right.
 
 TwoLevelKnobs.block_t picks how: `merge` runs the walk as torch products (about four
 small launches per inner block), `kernel` runs it in one Triton launch per block
-(block_t_kernel) after the same Gram product.
+(block_t_kernel) after the same Gram product. With `kernel`, TwoLevelKnobs.gram picks
+the Gram product: cuBLAS in fp32 (CUDA cores), or gram_kernel on tensor cores in a
+split precision.
 """
 import torch
 import triton
 import triton.language as tl
+
+from .precision import dot_prec
+from .scratch import scratch
 
 
 def wy_merge(Y: torch.Tensor, inner_T: torch.Tensor, widths: list, out: torch.Tensor) -> torch.Tensor:
@@ -20,14 +25,14 @@ def wy_merge(Y: torch.Tensor, inner_T: torch.Tensor, widths: list, out: torch.Te
     inner_T: batch x k x BB x BB, the inner panels' T (zero beyond each width);
     widths: the inner panels' widths, summing to ob.
     """
-    gram = torch.bmm(Y.transpose(1, 2), Y)
+    G = gram_product(Y, widths[0], "cublas")
     out.zero_()
     done = 0
     for i, w in enumerate(widths):
         Ti = inner_T[:, i, :w, :w]
         out[:, done:done + w, done:done + w] = Ti
         if done:
-            cross = torch.bmm(out[:, :done, :done], gram[:, :done, done:done + w])
+            cross = torch.bmm(out[:, :done, :done], G[:, :done, done:done + w])
             out[:, :done, done:done + w] = -torch.bmm(cross, Ti)
         done += w
     return out
@@ -67,13 +72,49 @@ def block_t_kernel(g_ptr, tin_ptr, t_ptr, g_bs, g_ld, tin_bs, tin_ps, tin_ld, t_
         tl.debug_barrier()  # the next block of this row reads this one
 
 
-def block_t(Y: torch.Tensor, inner_T: torch.Tensor, width: int, out: torch.Tensor) -> torch.Tensor:
-    """wy_merge's result in one launch after the Gram product: every inner panel `width` wide
-    (a block with a far update is whole), inner_T: batch x ob/width x width x width."""
+@triton.jit
+def gram_kernel(y_ptr, g_ptr, L, y_bs, y_ld, g_bs, g_ld,
+                OB: tl.constexpr, B: tl.constexpr, BM: tl.constexpr, PREC: tl.constexpr):
+    """Grid: (OB // B, batch). Program (q, i) writes rows [q*B, (q+1)*B) of matrix i's Gram
+    matrix G = Y^T Y (g_ptr + i*g_bs, row stride g_ld; OB columns), Y being L x OB at
+    y_ptr + i*y_bs (row stride y_ld), unit lower trapezoidal: its block column q is zero
+    above row q*B, so the row loop starts there. Products in PREC (precision.dot_prec).
+    Invariants: OB, B, BM powers of two >= 16, B divides OB.
+    """
+    q = tl.program_id(0)
+    pid = tl.program_id(1).to(tl.int64)
+    y = y_ptr + pid * y_bs
+    cb = tl.arange(0, B)
+    co = tl.arange(0, OB)
+    acc = tl.zeros((B, OB), dtype=tl.float32)
+    for r0 in range(((q * B) // BM) * BM, L, BM):
+        rm = r0 + tl.arange(0, BM)
+        Y_q = tl.load(y + rm[:, None] * y_ld + (q * B + cb)[None, :], mask=(rm < L)[:, None], other=0.0)
+        Y_all = tl.load(y + rm[:, None] * y_ld + co[None, :], mask=(rm < L)[:, None], other=0.0)
+        acc = dot_prec(tl.trans(Y_q), Y_all, acc, PREC)
+    tl.store(g_ptr + pid * g_bs + (q * B + cb)[:, None] * g_ld + co[None, :], acc)
+
+
+def gram_product(Y: torch.Tensor, width: int, gram: str) -> torch.Tensor:
+    """Y^T Y (batch x ob x ob) for a block of inner panels `width` wide: cuBLAS in fp32 when
+    `gram` (TwoLevelKnobs.gram) is "cublas", else gram_kernel in that precision."""
+    if gram == "cublas":
+        return torch.bmm(Y.transpose(1, 2), Y)
+    batch, L, ob = Y.shape
+    G = scratch("gram", (batch, ob, ob), Y.dtype, Y.device)
+    gram_kernel[(ob // width, batch)](Y, G, L, Y.stride(0), Y.stride(1), G.stride(0), G.stride(1),
+                                      OB=ob, B=width, BM=32, PREC=gram, num_warps=4)
+    return G
+
+
+def block_t(Y: torch.Tensor, inner_T: torch.Tensor, width: int, out: torch.Tensor, gram: str = "cublas"):
+    """wy_merge's result in one launch after the Gram product (gram_product(Y, width, gram)): every
+    inner panel `width` wide (a block with a far update is whole), inner_T: batch x
+    ob/width x width x width."""
     batch, _, ob = Y.shape
     assert ob % width == 0 and inner_T.shape[-1] == width and inner_T.shape[1] >= ob // width
-    gram = torch.bmm(Y.transpose(1, 2), Y)
+    G = gram_product(Y, width, gram)
     block_t_kernel[(ob // width, batch)](
-        gram, inner_T, out, gram.stride(0), gram.stride(1), inner_T.stride(0), inner_T.stride(1),
+        G, inner_T, out, G.stride(0), G.stride(1), inner_T.stride(0), inner_T.stride(1),
         inner_T.stride(2), out.stride(0), out.stride(1), OB=ob, B=width, num_warps=1 if width <= 16 else 2)
     return out

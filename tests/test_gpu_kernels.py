@@ -80,3 +80,16 @@ def test_tf32_is_really_reduced_and_tf32x3_really_recovers():
     one_pass, *_ = strip_error("tf32", 40, 0, 16)
     split, *_ = strip_error("tf32x3", 40, 0, 16)
     assert one_pass > 1e-5 and split < one_pass / 10
+
+
+@pytest.mark.parametrize("gram", ["fp16x3", "tf32x3"])
+def test_gram_kernel_on_gpu(gram):
+    """The Gram product on tensor cores at a two-level block's size (the interpreter runs
+    tf32x3 as plain fp32: only here is it tested)."""
+    from qrsub.kernels.wy import gram_product
+    g = torch.Generator("cuda").manual_seed(5)
+    Y = torch.randn(3, 1000, 128, device="cuda", generator=g).tril(-1) * 0.1
+    Y += torch.eye(1000, 128, device="cuda")
+    G = gram_product(Y, 16, gram)
+    ref = Y.double().transpose(1, 2) @ Y.double()
+    assert float((G.double() - ref).abs().max() / ref.abs().max()) < 1e-5

@@ -69,3 +69,9 @@ def test_block_t_kernel_gives_the_merge_result():
     torch.testing.assert_close(H, H_ref, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(tau, tau_ref, atol=1e-6, rtol=1e-5)
     assert harness_check(A, H, tau) < 0.5
+
+
+def test_a_gram_on_tensor_cores_needs_the_block_t_kernel():
+    with pytest.raises(ValueError, match="twolevel.gram: got fp16x3 with twolevel.block_t merge"):
+        route(driver="twolevel", twolevel=dict(gram="fp16x3"))
+    route(driver="twolevel", twolevel=dict(gram="fp16x3", block_t="kernel"))

@@ -5,7 +5,7 @@ import torch
 from kernel_helpers import DEVICE
 
 from qrsub.kernels.naive import larft, panel_ref, wy_merge_ref
-from qrsub.kernels.wy import block_t, wy_merge
+from qrsub.kernels.wy import block_t, gram_product, wy_merge
 
 
 def test_wy_merge_equals_larft_of_the_whole_block():
@@ -28,7 +28,8 @@ def test_wy_merge_equals_larft_of_the_whole_block():
 
 
 @pytest.mark.parametrize("ob,width", [(32, 16), (64, 16), (128, 32)])
-def test_block_t_kernel_equals_the_merge(ob, width):
+@pytest.mark.parametrize("gram", ["cublas", "fp16x3"])
+def test_block_t_kernel_equals_the_merge(ob, width, gram):
     """One launch per block (TwoLevelKnobs.block_t: kernel) against the torch merge and larft,
     on a block with an exactly zero column (tau = 0: a zero row and column in T)."""
     g = torch.Generator().manual_seed(ob)
@@ -46,8 +47,28 @@ def test_block_t_kernel_equals_the_merge(ob, width):
         whole.append(larft(V, tau))
     Y, inner = Y.to(DEVICE), inner.to(DEVICE)
     out = torch.full((batch, ob, ob), float("nan"), device=DEVICE)  # every entry must be written
-    block_t(Y, inner, width, out)
+    block_t(Y, inner, width, out, gram)
     merged = wy_merge(Y, inner, [width] * (ob // width), torch.empty_like(out))
     torch.testing.assert_close(out, merged, atol=1e-5, rtol=1e-4)
     for i in range(batch):
         torch.testing.assert_close(out[i].double().cpu(), whole[i], atol=1e-4, rtol=1e-3)
+
+
+def block_reflectors(batch, L, ob, seed=0):
+    """Y (batch x L x ob, unit lower trapezoidal) of random blocks, as a two-level block holds them."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([panel_ref(torch.randn(L, ob, generator=g, dtype=torch.float64))[3].float()
+                        for _ in range(batch)]).to(DEVICE)
+
+
+@pytest.mark.parametrize("L,ob,width", [(40, 32, 16), (77, 64, 32)])
+def test_gram_kernel_matches_torch(L, ob, width):
+    """fp16x3 on tensor cores (the interpreter rounds fp16 operands as the GPU does) against the
+    float64 product; the GPU test covers tf32x3, which the interpreter runs as plain fp32.
+    L=77: a last row tile only partly inside Y."""
+    Y = block_reflectors(2, L, ob)
+    G = gram_product(Y, width, "fp16x3")
+    ref = Y.double().transpose(1, 2) @ Y.double()
+    assert float((G.double() - ref).abs().max() / ref.abs().max()) < 1e-6
+    rounded = Y.half().double()  # one fp16 pass would miss the bound by far: the split is real
+    assert float((rounded.transpose(1, 2) @ rounded - ref).abs().max() / ref.abs().max()) > 1e-5
