@@ -94,7 +94,7 @@ def householder_panel_kernel(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
-    FULL: tl.constexpr,
+    FULL: tl.constexpr, BL2: tl.constexpr,
 ):
     """Grid: (batch,). Program i owns the whole panel of matrix i.
 
@@ -106,15 +106,27 @@ def householder_panel_kernel(
     fp32 or fp16 per v_ptr's type) to rows v_row_off.. and columns
     v_col_off.. of the batch x n x v_ld buffer v_ptr.
 
-    Invariants: BL >= L and BB >= bw are powers of two; BB >= 16 when T feeds
-    tl.dot; the panel fits in registers (BL * BB / (32 * num_warps) values a thread).
+    BL2 > 0 (PanelKnobs.row_tiles 2) holds the rows as two tiles, [0, BL) and [BL, BL+BL2),
+    whose sums add up before each reflector, as the cooperative panel's slices do: a panel a
+    little taller than a power of two then does not pay for the next power of two.
+
+    Invariants: BL + BL2 >= L; BL, BL2 (when not 0) and BB >= bw are powers of two; BB >= 16
+    when T feeds tl.dot; the panel fits in registers ((BL + BL2) * BB / (32 * num_warps)
+    values a thread).
     """
     pid = tl.program_id(0).to(tl.int64)
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
     P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
+    if BL2 > 0:
+        rows2 = BL + tl.arange(0, BL2)
+        P2, offs2, in_panel2, _, _ = load_slice(src_ptr, pid, n, panel_off, rows2, cols, L, bw, BB, FULL)
     for k in range(0, bw):
         x, tail, row_k, proj = column_sums(P, rows, cols, k)
+        if BL2 > 0:
+            x2, tail2, row_k2, proj2 = column_sums(P2, rows2, cols, k)
+            row_k, proj = row_k + row_k2, proj + proj2
+            P2, _, _ = reflect(P2, T, taus, x2, tail2, row_k, proj, rows2, cols, k)
         P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k)
     tl.store(dst_ptr + pid * n * n + offs, P, mask=in_panel)
     tl.store(tau_ptr + pid * n + tau_off + cols, taus, mask=cols < bw)
@@ -122,6 +134,10 @@ def householder_panel_kernel(
         tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], T)
     if WRITE_V:
         store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
+    if BL2 > 0:
+        tl.store(dst_ptr + pid * n * n + offs2, P2, mask=in_panel2)
+        if WRITE_V:
+            store_v(v_ptr, P2, rows2, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
 
 
 def padded_width(bw: int) -> int:
@@ -134,6 +150,18 @@ def padded_height(L: int) -> int:
     return triton.next_power_of_2(max(L, 1))
 
 
+def row_tiles_of(L: int, row_tiles: int) -> tuple:
+    """(BL, BL2) for a panel of L rows: one tile of padded_height(L) rows (BL2 = 0), or, with
+    PanelKnobs.row_tiles 2, half of that plus the rest padded, when that holds fewer rows and
+    the second tile has at least MIN_DOT_WIDTH rows (a smaller one costs more than it saves)."""
+    BL = padded_height(L)
+    if row_tiles == 2 and BL > L:
+        first, rest = BL // 2, padded_height(L - BL // 2)
+        if first + rest < BL and rest >= MIN_DOT_WIDTH:
+            return first, rest
+    return BL, 0
+
+
 def pick_warps(rule, rows: int) -> int:
     """num_warps from PanelKnobs.num_warps: an int, or ((rows_max, warps), ...) (rows_max None = any)."""
     if isinstance(rule, int):
@@ -144,8 +172,9 @@ def pick_warps(rule, rows: int) -> int:
     return rule[-1][1]
 
 
-def householder_panel(src, dst, tau, T, V, j, bw, *, num_warps, v_col_off=0, v_row_off=None):
-    """Factor panel columns [j, j+bw) of every matrix, rows [j, n); num_warps is PanelKnobs.num_warps.
+def householder_panel(src, dst, tau, T, V, j, bw, *, num_warps, row_tiles=1, v_col_off=0, v_row_off=None):
+    """Factor panel columns [j, j+bw) of every matrix, rows [j, n); num_warps and row_tiles are
+    PanelKnobs' (warps by the rows the tiles hold).
 
     src, dst: batch x n x n fp32 (may be the same tensor); tau: batch x n;
     T: batch x BB x BB fp32 (any batch and row strides) or None; V: batch x n x ld (fp32/fp16) or None.
@@ -154,12 +183,12 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, num_warps, v_col_off=0, v_r
     """
     batch, n, _ = dst.shape
     L = n - j
-    BL, BB = padded_height(L), padded_width(bw)
+    (BL, BL2), BB = row_tiles_of(L, row_tiles), padded_width(bw)
     v_ld = V.shape[2] if V is not None else 0
     householder_panel_kernel[(batch,)](
         src, dst, tau, T if T is not None else tau, V if V is not None else tau,
         n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
         j if v_row_off is None else v_row_off, v_col_off, v_ld,
-        BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB,
-        num_warps=pick_warps(num_warps, BL),
+        BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
+        num_warps=pick_warps(num_warps, BL + BL2),
     )

@@ -123,6 +123,8 @@ class PanelKnobs:
     width: int = knob(32, Pow2(1, 64), "panel width b: columns factored per panel launch")
     num_warps: object = knob(4, WarpsRule(), "panel num_warps, or [[rows_max, warps], ...]: the first "
                                              "pair whose rows_max >= the padded panel height")
+    row_tiles: int = knob(1, IntRange(1, 2), "the panel's rows in registers as 1 tile of the padded height, "
+                                           "or 2 tiles (half of it plus the rest padded) when that holds fewer")
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,10 @@ import torch
 from kernel_helpers import DEVICE, special_matrices
 
 from qrsub.kernels.naive import panel_ref
-from qrsub.kernels.panel import householder_panel, padded_width, pick_warps
+from qrsub.kernels.panel import householder_panel, padded_width, pick_warps, row_tiles_of
 
 
-def run_panel(A, j, bw, separate_src=False):
+def run_panel(A, j, bw, separate_src=False, row_tiles=1):
     batch, n, _ = A.shape
     BB = padded_width(bw)
     dst = A.clone()
@@ -17,14 +17,18 @@ def run_panel(A, j, bw, separate_src=False):
     tau = torch.zeros(batch, n, device=A.device)
     T = torch.full((batch, BB, BB), float("nan"), device=A.device)
     V = torch.full((batch, n, BB), float("nan"), device=A.device)
-    householder_panel(src, dst, tau, T, V, j, bw, num_warps=4)
+    householder_panel(src, dst, tau, T, V, j, bw, num_warps=4, row_tiles=row_tiles)
     return dst, tau, T, V
 
 
-@pytest.mark.parametrize("n,j,bw", [(1, 0, 1), (5, 0, 3), (20, 0, 16), (37, 5, 16), (40, 8, 32), (17, 10, 7)])
-def test_panel_matches_reference(n, j, bw):
+@pytest.mark.parametrize("n,j,bw,row_tiles", [
+    (1, 0, 1, 1), (5, 0, 3, 1), (20, 0, 16, 1), (37, 5, 16, 1), (40, 8, 32, 1), (17, 10, 7, 1),
+    # two row tiles: 48 rows as 32 + 16; 44 rows (the second tile partly past L), a ragged width
+    (48, 0, 16, 2), (50, 6, 13, 2),
+])
+def test_panel_matches_reference(n, j, bw, row_tiles):
     A = special_matrices(n)
-    dst, tau, T, V = run_panel(A, j, bw)
+    dst, tau, T, V = run_panel(A, j, bw, row_tiles=row_tiles)
     for i in range(A.shape[0]):
         P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + bw].double().cpu())
         torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)
@@ -65,3 +69,12 @@ def test_pick_warps_rules():
     rule = [[128, 2], [512, 4], [None, 8]]
     assert [pick_warps(rule, r) for r in (64, 128, 256, 512, 1024)] == [2, 2, 4, 4, 8]
     assert pick_warps([[128, 2]], 4096) == 2
+
+
+def test_two_row_tiles_only_where_they_hold_fewer_rows():
+    assert row_tiles_of(288, 2) == (256, 32)    # instead of 512
+    assert row_tiles_of(352, 2) == (256, 128)
+    assert row_tiles_of(480, 2) == (512, 0)     # 256 + 256 saves nothing
+    assert row_tiles_of(512, 2) == (512, 0)     # a power of two already
+    assert row_tiles_of(264, 2) == (512, 0)     # the rest (8 rows) too small to pay for itself
+    assert row_tiles_of(288, 1) == (512, 0)
