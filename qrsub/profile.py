@@ -74,6 +74,8 @@ GROUPS: tuple[KernelGroup, ...] = (
                 kernels=("trailing_strip_kernel", "project_split_kernel", "apply_split_kernel")),
     KernelGroup("block T", "a two-level block's T in one launch (kernels/wy.py, twolevel.block_t: kernel)",
                 kernels=("block_t_kernel",)),
+    KernelGroup("Gram", "a two-level block's Y^T Y on tensor cores (kernels/wy.py, twolevel.gram)",
+                kernels=("gram_kernel",)),
     KernelGroup("GEMM tf32", "cuBLAS/CUTLASS GEMMs on tensor cores in tf32 (the name says tf32, "
                 "or CUTLASS's s1688gemm)", pattern=r"tf32|s1688gemm"),
     KernelGroup("GEMM fp32 SIMT", "cuBLAS GEMMs and GEMVs in fp32 on the CUDA cores (ffma, sgemm, simt, "

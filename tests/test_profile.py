@@ -32,6 +32,7 @@ EXPECTED_GROUPS = {
     "project_split_kernel": "strip",
     "apply_split_kernel": "strip",
     "block_t_kernel": "block T",
+    "gram_kernel": "Gram",
     TF32_GEMM: "GEMM tf32",
     "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4": "GEMM tf32",
     SIMT_GEMM: "GEMM fp32 SIMT",
