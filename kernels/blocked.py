@@ -61,15 +61,20 @@ def matmul_tf32(allowed: bool):
         torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-def far_update(src, H, Y, Tb, J, ob):
-    """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)): one wide block reflector, cuBLAS."""
+def far_update(src, H, Y, Tb, J, ob, twolevel):
+    """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)): one wide block reflector, cuBLAS,
+    in twolevel.far_precision, the small T product in twolevel.far_tcontract's."""
     C = src[:, J:, J + ob:]
-    W = torch.bmm(Tb.transpose(1, 2), torch.bmm(Y.transpose(1, 2), C))
+    with matmul_tf32(twolevel.far_precision == "tf32"):
+        W = torch.bmm(Y.transpose(1, 2), C)
+    with matmul_tf32(twolevel.far_precision == "tf32" and twolevel.far_tcontract == "tf32"):
+        W = torch.bmm(Tb.transpose(1, 2), W)
     out = H[:, J:, J + ob:]
-    if src is H:
-        out.baddbmm_(Y, W, alpha=-1.0)
-    else:  # the first block reads A: one product from A into H, no copy of C first
-        torch.baddbmm(C, Y, W, alpha=-1.0, out=out)
+    with matmul_tf32(twolevel.far_precision == "tf32"):
+        if src is H:
+            out.baddbmm_(Y, W, alpha=-1.0)
+        else:  # the first block reads A: one product from A into H, no copy of C first
+            torch.baddbmm(C, Y, W, alpha=-1.0, out=out)
 
 
 def one_program_panel(route):
@@ -125,8 +130,7 @@ def qr_twolevel(A: torch.Tensor, route, panel=None):
         src = A if J == 0 else H
         factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far)
         if far:
-            with matmul_tf32(route.twolevel.far_precision == "tf32"):
-                far_update(src, H, Vb[:, J:, :ob], Tb[:, :ob, :ob], J, ob)
+            far_update(src, H, Vb[:, J:, :ob], Tb[:, :ob, :ob], J, ob, route.twolevel)
     return H, tau
 
 

@@ -151,6 +151,9 @@ class TwoLevelKnobs:
     outer: int = knob(128, Pow2(32, 512), "two-level outer block O (a multiple of panel.width)")
     # fp32 by default: tf32 in the far update was measured safe only at n >= 1024.
     far_precision: str = knob("fp32", OneOf(("fp32", "tf32")), "precision of the cuBLAS far update")
+    far_tcontract: str = knob("tf32", OneOf(("fp32", "tf32")), "with far_precision tf32, the precision of "
+                                                               "the far update's small T product (fp32: "
+                                                               "the margin, at about 6% of its flops)")
     block_t: str = knob("merge", OneOf(BLOCK_T), "how a block's T is built from its inner T: merge (torch "
                                                  "products, ~4 launches per inner panel) or kernel (one launch)")
     gram: str = knob("cublas", OneOf(GRAM), "the block's Gram product Y^T Y for block_t: kernel: cuBLAS in "
@@ -213,6 +216,10 @@ def route_problems(driver: str, sections: dict) -> list:
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))
     if driver not in TWO_LEVEL_DRIVERS:
         return out
+    if twolevel.far_tcontract == "fp32" and twolevel.far_precision != "tf32" and not value_problems(twolevel):
+        out.append((("twolevel", "far_tcontract"), f"got fp32 with twolevel.far_precision "
+                    f"{twolevel.far_precision}; allowed: tf32 (the default), or fp32 with far_precision "
+                    "tf32 (an fp32 far update is fp32 throughout)"))
     if twolevel.gram != "cublas" and twolevel.block_t != "kernel" and not value_problems(twolevel):
         out.append((("twolevel", "gram"), f"got {twolevel.gram} with twolevel.block_t {twolevel.block_t}; "
                     "allowed: cublas, or block_t kernel (the torch merge takes cuBLAS's product)"))

@@ -75,3 +75,33 @@ def test_a_gram_on_tensor_cores_needs_the_block_t_kernel():
     with pytest.raises(ValueError, match="twolevel.gram: got fp16x3 with twolevel.block_t merge"):
         route(driver="twolevel", twolevel=dict(gram="fp16x3"))
     route(driver="twolevel", twolevel=dict(gram="fp16x3", block_t="kernel"))
+
+
+@pytest.mark.parametrize("far_tcontract,t_in_tf32", [("tf32", True), ("fp32", False)])
+def test_far_update_runs_its_t_product_in_its_own_precision(monkeypatch, far_tcontract, t_in_tf32):
+    """tf32 does not exist on the CPU, so this checks the wiring: which cuBLAS products see
+    allow_tf32 (the GPU test checks the gate)."""
+    from qrsub.kernels import blocked
+
+    seen = []
+    real_bmm = torch.bmm
+
+    def recording_bmm(a, b, *args, **kwargs):
+        seen.append((tuple(a.shape[1:]), torch.backends.cuda.matmul.allow_tf32))
+        return real_bmm(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(blocked.torch, "bmm", recording_bmm)
+    A = special_matrices(40, batch=2)
+    Y = torch.randn(2, 40, 32, device=A.device)
+    Tb = torch.randn(2, 32, 32, device=A.device)
+    H = torch.empty_like(A)
+    knobs = route(driver="twolevel", twolevel=dict(far_precision="tf32", far_tcontract=far_tcontract)).twolevel
+    callers_choice = torch.backends.cuda.matmul.allow_tf32
+    blocked.far_update(A, H, Y, Tb, 0, 32, knobs)
+    assert seen == [((32, 40), True), ((32, 32), t_in_tf32)]
+    assert torch.backends.cuda.matmul.allow_tf32 == callers_choice, "the caller's setting comes back"
+
+
+def test_an_fp32_t_product_needs_a_tf32_far_update():
+    with pytest.raises(ValueError, match="twolevel.far_tcontract: got fp32 with twolevel.far_precision fp32"):
+        route(driver="twolevel", twolevel=dict(far_tcontract="fp32"))
