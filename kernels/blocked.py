@@ -65,12 +65,13 @@ def far_update(src, H, Y, Tb, J, ob, twolevel):
     """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)): one wide block reflector, cuBLAS,
     in twolevel.far_precision, the small T product in twolevel.far_tcontract's."""
     C = src[:, J:, J + ob:]
-    with matmul_tf32(twolevel.far_precision == "tf32"):
+    large_tf32 = twolevel.far_precision == "tf32"
+    with matmul_tf32(large_tf32):
         W = torch.bmm(Y.transpose(1, 2), C)
-    with matmul_tf32(twolevel.far_precision == "tf32" and twolevel.far_tcontract == "tf32"):
+    with matmul_tf32(large_tf32 and twolevel.far_tcontract == "tf32"):
         W = torch.bmm(Tb.transpose(1, 2), W)
     out = H[:, J:, J + ob:]
-    with matmul_tf32(twolevel.far_precision == "tf32"):
+    with matmul_tf32(large_tf32):
         if src is H:
             out.baddbmm_(Y, W, alpha=-1.0)
         else:  # the first block reads A: one product from A into H, no copy of C first
@@ -87,7 +88,7 @@ def one_program_panel(route):
 
 def factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far):
     """The outer block [J, J+ob): a launch per inner panel and in-block strip, then (when a
-    far update follows) the block's T by the WY merge."""
+    far update follows) the block's T, as route.twolevel.block_t says (wy.py)."""
     batch, n, _ = H.shape
     b = route.panel.width
     Tin = scratch("Tin", (batch, route.twolevel.outer // b, b, b), H.dtype, H.device)
