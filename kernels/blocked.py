@@ -43,8 +43,7 @@ def qr_blocked(A: torch.Tensor, route):
         bw = min(b, n - j)
         src = A if j == 0 else H
         last = j + bw >= n
-        householder_panel(src, H, tau, None if last else T, None if last else V, j, bw,
-                          num_warps=route.panel.num_warps, row_tiles=route.panel.row_tiles)
+        householder_panel(src, H, tau, None if last else T, None if last else V, j, bw, knobs=route.panel)
         if not last:
             trailing_strip(src, H, V, T, j, j + bw, n - j - bw, strip=route.strip, precision=route.precision)
     return H, tau
@@ -81,8 +80,7 @@ def far_update(src, H, Y, Tb, J, ob, twolevel):
 def one_program_panel(route):
     """The inner-panel function of qr_twolevel: one program per matrix."""
     def panel(src, H, tau, T, V, j, bw, v_col_off, v_row_off):
-        householder_panel(src, H, tau, T, V, j, bw, num_warps=route.panel.num_warps,
-                          row_tiles=route.panel.row_tiles, v_col_off=v_col_off, v_row_off=v_row_off)
+        householder_panel(src, H, tau, T, V, j, bw, knobs=route.panel, v_col_off=v_col_off, v_row_off=v_row_off)
     return panel
 
 

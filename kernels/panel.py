@@ -172,9 +172,9 @@ def pick_warps(rule, rows: int) -> int:
     return rule[-1][1]
 
 
-def householder_panel(src, dst, tau, T, V, j, bw, *, num_warps, row_tiles=1, v_col_off=0, v_row_off=None):
-    """Factor panel columns [j, j+bw) of every matrix, rows [j, n); num_warps and row_tiles are
-    PanelKnobs' (warps by the rows the tiles hold).
+def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None):
+    """Factor panel columns [j, j+bw) of every matrix, rows [j, n), as `knobs` (PanelKnobs:
+    num_warps by the rows the tiles hold, row_tiles) say.
 
     src, dst: batch x n x n fp32 (may be the same tensor); tau: batch x n;
     T: batch x BB x BB fp32 (any batch and row strides) or None; V: batch x n x ld (fp32/fp16) or None.
@@ -183,12 +183,12 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, num_warps, row_tiles=1, v_c
     """
     batch, n, _ = dst.shape
     L = n - j
-    (BL, BL2), BB = row_tiles_of(L, row_tiles), padded_width(bw)
+    (BL, BL2), BB = row_tiles_of(L, knobs.row_tiles), padded_width(bw)
     v_ld = V.shape[2] if V is not None else 0
     householder_panel_kernel[(batch,)](
         src, dst, tau, T if T is not None else tau, V if V is not None else tau,
         n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
         j if v_row_off is None else v_row_off, v_col_off, v_ld,
         BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
-        num_warps=pick_warps(num_warps, BL + BL2),
+        num_warps=pick_warps(knobs.num_warps, BL + BL2),
     )

@@ -5,6 +5,7 @@ from kernel_helpers import DEVICE, special_matrices
 
 from qrsub.kernels.naive import panel_ref
 from qrsub.kernels.panel import householder_panel, padded_width, pick_warps, row_tiles_of
+from qrsub.kernels.plan import PanelKnobs
 
 
 def run_panel(A, j, bw, separate_src=False, row_tiles=1):
@@ -17,7 +18,8 @@ def run_panel(A, j, bw, separate_src=False, row_tiles=1):
     tau = torch.zeros(batch, n, device=A.device)
     T = torch.full((batch, BB, BB), float("nan"), device=A.device)
     V = torch.full((batch, n, BB), float("nan"), device=A.device)
-    householder_panel(src, dst, tau, T, V, j, bw, num_warps=4, row_tiles=row_tiles)
+    knobs = PanelKnobs(width=bw, num_warps=4, row_tiles=row_tiles)
+    householder_panel(src, dst, tau, T, V, j, bw, knobs=knobs)
     return dst, tau, T, V
 
 
@@ -78,3 +80,4 @@ def test_two_row_tiles_only_where_they_hold_fewer_rows():
     assert row_tiles_of(512, 2) == (512, 0)     # a power of two already
     assert row_tiles_of(264, 2) == (512, 0)     # the rest (8 rows) too small to pay for itself
     assert row_tiles_of(288, 1) == (512, 0)
+
