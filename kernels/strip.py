@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .plan import MIN_DOT_WIDTH
 from .precision import dot_prec
 from .scratch import scratch
 
@@ -126,6 +127,13 @@ def apply_split_kernel(
                BB, BM, NUM_STAGES, APPLY)
 
 
+def strip_columns(strip, ncols: int) -> int:
+    """BN, the columns per program: StripKnobs.bn, but no wider than the strip's columns padded to
+    a power of two (at least MIN_DOT_WIDTH): a program over mostly masked columns still walks
+    every row twice."""
+    return min(strip.bn, max(MIN_DOT_WIDTH, triton.next_power_of_2(ncols)))
+
+
 def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row_off=None, v_col_off=0):
     """Apply one panel's block reflector to rows [row0, n) x columns [col0, col0+ncols),
     with the tiles of `strip` (StripKnobs) and the products' `precision` (PrecisionKnobs).
@@ -138,11 +146,12 @@ def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row
     L = n - row0
     BB = T.shape[-1]
     v_row_off = row0 if v_row_off is None else v_row_off
-    tiles = dict(BB=BB, BM=strip.bm, BN=strip.bn, NUM_STAGES=strip.num_stages, num_warps=strip.num_warps)
+    tiles = dict(BB=BB, BM=strip.bm, BN=strip_columns(strip, ncols), NUM_STAGES=strip.num_stages,
+                 num_warps=strip.num_warps)
     if strip.split_rows and L > strip.split_rows:
         split_strip(src, dst, V, T, L, row0 * n + col0, ncols, v_row_off, v_col_off, strip, precision, tiles)
         return
-    trailing_strip_kernel[(triton.cdiv(ncols, strip.bn), batch)](
+    trailing_strip_kernel[(triton.cdiv(ncols, tiles["BN"]), batch)](
         src, dst, V, T, n, L, ncols, row0 * n + col0, v_row_off, v_col_off, V.shape[2], T.stride(0), T.stride(1),
         PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply, **tiles,
     )
@@ -153,8 +162,8 @@ def split_strip(src, dst, V, T, L, c_off, ncols, v_row_off, v_col_off, strip, pr
     projections in one launch, their sum and the update in a second."""
     batch, n, _ = dst.shape
     splits = triton.cdiv(L, strip.split_rows)
-    col_tiles = triton.cdiv(ncols, strip.bn)
-    W = scratch("strip_w", (batch, splits, tiles["BB"], col_tiles * strip.bn), torch.float32, dst.device)
+    col_tiles = triton.cdiv(ncols, tiles["BN"])
+    W = scratch("strip_w", (batch, splits, tiles["BB"], col_tiles * tiles["BN"]), torch.float32, dst.device)
     grid = (col_tiles, splits, batch)
     project_split_kernel[grid](
         src, V, W, n, L, ncols, c_off, v_row_off, v_col_off, V.shape[2], strip.split_rows,

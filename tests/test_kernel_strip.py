@@ -21,3 +21,11 @@ def test_split_products_are_really_computed():
     one_pass, _, _, _ = strip_error("fp16", 40, 0, 16)
     split, _, _, _ = strip_error("fp16x3", 40, 0, 16)
     assert one_pass > 1e-4 and split < one_pass / 100
+
+
+def test_a_strip_program_is_no_wider_than_the_columns_it_has():
+    from qrsub.kernels.plan import StripKnobs
+    from qrsub.kernels.strip import strip_columns
+
+    knobs = StripKnobs(bn=64)
+    assert [strip_columns(knobs, c) for c in (1, 16, 17, 33, 64, 500)] == [16, 16, 32, 64, 64, 64]
