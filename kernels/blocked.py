@@ -4,8 +4,9 @@ Each takes A and its route (plan.Route) and reads the route's knobs by name.
 
 - `qr_blocked`: single level. Panel j, then one fused strip over all trailing columns.
 - `qr_twolevel`: inner panels of width b inside outer blocks of O columns; strips
-  update the block's own columns, then one batched GEMM with K = O (cuBLAS,
-  tf32 allowed by the plan) updates the far columns with the merged block T.
+  update the block's own columns, then one wide block reflector with K = O updates
+  the far columns with the merged block T: batched GEMMs through cuBLAS (tf32
+  allowed by the plan), or the fused strip kernel with BB = O.
 - `qr_coop`: the two-level driver whose tall panels use the cooperative
   panel (several programs per matrix).
 - `qr_geqrf`: torch.geqrf, the service's starter.
@@ -60,9 +61,19 @@ def matmul_tf32(allowed: bool):
         torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-def far_update(src, H, Y, Tb, J, ob, twolevel):
-    """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)): one wide block reflector, cuBLAS,
-    in twolevel.far_precision, the small T product in twolevel.far_tcontract's."""
+def far_update(src, H, Vb, Tb, J, ob, route):
+    """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)) with Y = Vb[:, J:, :ob]: one wide block
+    reflector, as route.twolevel.far_update says."""
+    if route.twolevel.far_update == "strip":
+        trailing_strip(src, H, Vb, Tb, J, J + ob, H.shape[1] - J - ob, strip=route.strip,
+                       precision=route.precision, v_row_off=J)
+    else:
+        far_update_cublas(src, H, Vb[:, J:, :ob], Tb, J, ob, route.twolevel)
+
+
+def far_update_cublas(src, H, Y, Tb, J, ob, twolevel):
+    """The far update as three batched cuBLAS GEMMs in twolevel.far_precision, the small T
+    product in twolevel.far_tcontract's."""
     C = src[:, J:, J + ob:]
     large_tf32 = twolevel.far_precision == "tf32"
     with matmul_tf32(large_tf32):
@@ -113,8 +124,8 @@ def qr_twolevel(A: torch.Tensor, route, panel=None):
     route.panel.width (>= 16 and dividing the outer block: plan.route_problems checks both).
 
     `panel(src, H, tau, T, V, j, bw, v_col_off, v_row_off)` factors one inner panel; by
-    default the one-program-per-matrix panel. cuBLAS then updates the columns right of
-    each block, in tf32 where route.twolevel.far_precision allows it.
+    default the one-program-per-matrix panel. far_update then applies each block to the
+    columns right of it.
     """
     batch, n, _ = A.shape
     O = route.twolevel.outer
@@ -129,7 +140,7 @@ def qr_twolevel(A: torch.Tensor, route, panel=None):
         src = A if J == 0 else H
         factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far)
         if far:
-            far_update(src, H, Vb[:, J:, :ob], Tb[:, :ob, :ob], J, ob, route.twolevel)
+            far_update(src, H, Vb, Tb[:, :ob, :ob], J, ob, route)
     return H, tau
 
 

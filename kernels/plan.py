@@ -29,6 +29,9 @@ COOP_EXCHANGES = ("counter", "slots")
 BLOCK_T = ("merge", "kernel")
 # TwoLevelKnobs.gram (wy.py): the block's Y^T Y through cuBLAS in fp32, or on tensor cores.
 GRAM = ("cublas", "fp16x3", "tf32x3")
+# TwoLevelKnobs.far_update (blocked.py): the columns right of a block through cuBLAS's three
+# batched GEMMs, or through the fused strip kernel with BB = the outer block.
+FAR_UPDATES = ("cublas", "strip")
 # No concurrent-groups mode: overlapping groups needs side queues, which the service
 # warns may disqualify and whose usual spelling it refuses outright.
 GRAPH_MODES = ("off", "capture")
@@ -154,6 +157,10 @@ class TwoLevelKnobs:
     far_tcontract: str = knob("tf32", OneOf(("fp32", "tf32")), "with far_precision tf32, the precision of "
                                                                "the far update's small T product (fp32: "
                                                                "the margin, at about 6% of its flops)")
+    far_update: str = knob("cublas", OneOf(FAR_UPDATES), "the far update: cublas (three batched GEMMs, "
+                                                         "far_precision) or strip (the fused strip kernel with "
+                                                         "BB = outer, the route's strip and precision knobs: C "
+                                                         "read and written once)")
     block_t: str = knob("merge", OneOf(BLOCK_T), "how a block's T is built from its inner T: merge (torch "
                                                  "products, ~4 launches per inner panel) or kernel (one launch)")
     gram: str = knob("cublas", OneOf(GRAM), "the block's Gram product Y^T Y for block_t: kernel: cuBLAS in "
@@ -220,6 +227,10 @@ def route_problems(driver: str, sections: dict) -> list:
         out.append((("twolevel", "far_tcontract"), f"got fp32 with twolevel.far_precision "
                     f"{twolevel.far_precision}; allowed: tf32 (the default), or fp32 with far_precision "
                     "tf32 (an fp32 far update is fp32 throughout)"))
+    if twolevel.far_update == "strip" and twolevel.far_precision != "fp32" and not value_problems(twolevel):
+        out.append((("twolevel", "far_precision"), f"got {twolevel.far_precision} with twolevel.far_update "
+                    "strip; allowed: fp32 (the default): the strip far update takes the route's precision "
+                    "knobs, far_precision is cuBLAS's"))
     if twolevel.gram != "cublas" and twolevel.block_t != "kernel" and not value_problems(twolevel):
         out.append((("twolevel", "gram"), f"got {twolevel.gram} with twolevel.block_t {twolevel.block_t}; "
                     "allowed: cublas, or block_t kernel (the torch merge takes cuBLAS's product)"))

@@ -42,6 +42,8 @@ def test_cooperative_panel_with_several_programs(programs, exchange):
     ("blocked", 200, dict(panel=dict(width=16), strip=dict(bm=32, bn=16))),
     ("blocked", 520, dict(panel=dict(width=32, num_warps=((256, 4), (None, 8))), strip=dict(bm=32, bn=64))),
     ("blocked", 352, dict(panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=32))),
+    ("twolevel", 520, dict(panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=64),
+                           twolevel=dict(outer=32, far_update="strip", block_t="kernel", gram="fp16x3"))),
     ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
                             twolevel=dict(outer=128, far_precision="tf32"))),
     ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),), row_tiles=2), strip=dict(bm=64, bn=32),

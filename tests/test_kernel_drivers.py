@@ -97,9 +97,27 @@ def test_far_update_runs_its_t_product_in_its_own_precision(monkeypatch, far_tco
     H = torch.empty_like(A)
     knobs = route(driver="twolevel", twolevel=dict(far_precision="tf32", far_tcontract=far_tcontract)).twolevel
     callers_choice = torch.backends.cuda.matmul.allow_tf32
-    blocked.far_update(A, H, Y, Tb, 0, 32, knobs)
+    blocked.far_update_cublas(A, H, Y, Tb, 0, 32, knobs)
     assert seen == [((32, 40), True), ((32, 32), t_in_tf32)]
     assert torch.backends.cuda.matmul.allow_tf32 == callers_choice, "the caller's setting comes back"
+
+
+@pytest.mark.parametrize("n,outer", [(40, 32), (70, 32), (64, 64)])
+def test_strip_far_update_gives_the_cublas_result(n, outer):
+    # The two far updates apply the same reflectors: fp32 throughout, they agree to rounding.
+    # n = 70: two whole blocks with a far update, then a ragged last block of 6 columns.
+    A = special_matrices(n, batch=3)
+    H, tau = DRIVERS["twolevel"](A, route(driver="twolevel", panel=dict(width=16), twolevel=dict(outer=outer)))
+    twolevel = dict(outer=outer, far_update="strip", block_t="kernel")
+    H_strip, tau_strip = DRIVERS["twolevel"](A, route(driver="twolevel", panel=dict(width=16), twolevel=twolevel))
+    torch.testing.assert_close(H_strip, H, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(tau_strip, tau, atol=1e-5, rtol=1e-4)
+    assert harness_check(A, H_strip, tau_strip) < 0.5
+
+
+def test_a_strip_far_update_refuses_a_cublas_precision():
+    with pytest.raises(ValueError, match="twolevel.far_precision: got tf32 with twolevel.far_update strip;"):
+        route(driver="twolevel", twolevel=dict(far_update="strip", far_precision="tf32"))
 
 
 def test_an_fp32_t_product_needs_a_tf32_far_update():
