@@ -5,13 +5,13 @@ One module per stage, each with its plain-torch reference in `naive.py`:
 - `fallback`   how a route's fallback to torch.geqrf shows outside the submission
 - `plan`       the typed plan: every knob of a route, its allowed values and the rules between them
 - `precision`  split-precision tensor-core products (fp32, tf32, tf32x3, fp16x3, fp16x2lo, fp16)
-- `scratch`    buffers allocated once per shape and reused
+- `scratch`    buffers allocated once per shape and reused, scoped per concurrent group
 - `panel`      one program per matrix factors an L x b panel in registers, building T as it goes
 - `coop`       the cooperative panel: NC programs per matrix share a tall panel's rows
 - `strip`      the fused trailing update C <- C - V (T^T (V^T C))
 - `wy`         a two-level block's T from its inner T: the torch merge, or one Triton launch
 - `blocked`    drivers: single-level, two-level and cooperative two-level blocked QR
-- `graphs`     CUDA-graph capture per input shape
+- `graphs`     CUDA graphs: one per input shape, or concurrent batch groups (opt-in)
 - `routing`    a route per (n, batch), and the public entry `qr_routed`
 
 The generated submission inlines these modules in the order their imports

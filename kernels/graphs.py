@@ -1,11 +1,19 @@
-"""CUDA-graph capture per input shape: hundreds of small launches replayed as one.
+"""CUDA graphs of a route's calls: one graph per input shape, or concurrent batch groups.
 
-The first call of a shape runs eagerly (compiling every kernel), then the
-driver is captured on a private copy of the input; later calls refill that
-copy and replay. The harness keeps several outputs alive at once, so the
+`ShapeGraphs` (graph.mode capture): the first call of a shape runs eagerly (compiling
+every kernel), then the driver is captured on a private copy of the input; later calls
+refill that copy and replay. The harness keeps several outputs alive at once, so the
 graph's output buffers are cloned out rather than handed back.
+
+`GroupGraphs` (graph.mode concurrent, opt-in): the batch is split into contiguous
+groups, each captured as its own graph with its own scratch buffers and memory pool,
+and the groups become edge-less branches of one graph, so that one group's panel
+overlaps another group's strip. The service warns that work on more than one queue may
+disqualify a submission; plan.GRAPH_MODES says how that is kept opt-in and flagged.
 """
 import torch
+
+from .scratch import scratch_scope
 
 
 class ShapeGraphs:
@@ -34,8 +42,101 @@ class ShapeGraphs:
         return graph, static_in, static_out
 
 
+def group_spans(batch: int, groups: int) -> list:
+    """[(lo, hi)] of min(groups, batch) contiguous, non-empty batch groups covering 0..batch in
+    order, sizes as even as possible (the first batch % count groups hold one more)."""
+    count = max(1, min(groups, batch))
+    size, extra = divmod(batch, count)
+    spans, lo = [], 0
+    for i in range(count):
+        hi = lo + size + (i < extra)
+        spans.append((lo, hi))
+        lo = hi
+    return spans
+
+
+def run_group(index: int, driver, A):
+    """The driver on one group's matrices, with scratch buffers of that group's own: groups of
+    equal size would otherwise share T and V while their branches run at the same time."""
+    with scratch_scope(f"group{index}"):
+        return driver(A)
+
+
+def joined(outs) -> tuple:
+    """(H, tau) of the whole batch from the groups' outputs, in batch order. torch.cat copies,
+    so the result never aliases a graph's buffers, whatever Settings.clone_outputs says."""
+    return tuple(torch.cat(parts) for parts in zip(*outs))
+
+
+class GroupGraphs:
+    """Concurrent groups keyed like ShapeGraphs: per key, one graph whose edge-less branches are
+    the groups' own captures, the private input they read and the outputs each group writes.
+
+    The graph launched is group 0's torch graph, with the other groups added to it as child
+    nodes without edges: torch replays it on its current queue, where the input copy before it
+    and the output copies after it also go, so the call is ordered with the caller's work
+    without naming or assuming any queue. (Built as a separate parent graph and launched on
+    the legacy default queue, it would run out of order whenever torch's current queue is
+    another one.)
+    """
+
+    def __init__(self):
+        self.graphs = {}
+
+    def run(self, key, driver, A, groups: int):
+        entry = self.graphs.get(key)
+        if entry is None:
+            # Eager first call, group by group: compiles each group's kernels, allocates its
+            # scratch outside the capture, and is this call's answer.
+            spans = group_spans(A.shape[0], groups)
+            out = joined([run_group(i, driver, A[lo:hi]) for i, (lo, hi) in enumerate(spans)])
+            self.graphs[key] = self.capture(driver, A, spans)
+            return out
+        graph, static_in, static_outs, _captures = entry
+        static_in.copy_(A)
+        graph.replay()
+        return joined(static_outs)
+
+    @staticmethod
+    def capture(driver, A, spans):
+        """(the graph to launch, the private input, each group's outputs, every group's capture).
+
+        Each group reads its own rows of one private input (drivers never write their input) and
+        is captured with torch's default private memory pool: groups running at the same time
+        must not reuse memory another group's capture freed. The captures stay referenced, since
+        their pools hold the memory the branches use."""
+        static_in = A.clone()
+        captures, static_outs = [], []
+        for i, (lo, hi) in enumerate(spans):
+            graph = torch.cuda.CUDAGraph(keep_graph=True)  # keeps the cudaGraph_t for raw_cuda_graph
+            with torch.cuda.graph(graph):
+                static_outs.append(run_group(i, driver, static_in[lo:hi]))
+            captures.append(graph)
+        for branch in captures[1:]:
+            add_child_graph(captures[0].raw_cuda_graph(), branch.raw_cuda_graph())
+        captures[0].instantiate()
+        return captures[0], static_in, static_outs, captures
+
+
+def add_child_graph(parent: int, child: int) -> None:
+    """Clone the graph CHILD into PARENT as a node without dependencies (both cudaGraph_t handles,
+    as torch's raw_cuda_graph gives them), so CUDA may run it beside every other node of PARENT."""
+    try:
+        from cuda.bindings import runtime
+    except ImportError as err:
+        raise RuntimeError("graph.mode concurrent needs the cuda.bindings package (torch's CUDA wheels "
+                           "install it; else pip install cuda-bindings), or use graph.mode capture") from err
+    # cuda.bindings returns (error code, *outputs); it takes the handles as plain ints.
+    status, _node = runtime.cudaGraphAddChildGraphNode(parent, None, 0, child)
+    if status != runtime.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"cudaGraphAddChildGraphNode failed: {getattr(status, 'name', status)}")
+
+
 def graph_wanted(route, settings, A) -> bool:
-    """Capture only on CUDA, when the route's GraphKnobs ask for it and the input's size is in
-    the Settings' range."""
-    return (A.is_cuda and route.graph.mode != "off"
-            and settings.graph_min_numel <= A.numel() <= settings.graph_max_numel)
+    """Capture only on CUDA, when the route's GraphKnobs ask for it and the input has at least
+    settings.graph_min_numel elements and, in mode capture, at most graph_max_numel. Mode
+    concurrent has no upper bound: it exists for the largest batches (640x512), and its
+    groups' overlap is what pays for copying a large input into the graph's buffer."""
+    if not A.is_cuda or route.graph.mode == "off" or A.numel() < settings.graph_min_numel:
+        return False
+    return route.graph.mode == "concurrent" or A.numel() <= settings.graph_max_numel

@@ -20,7 +20,7 @@ from triton.runtime.errors import OutOfResources, PTXASError
 from .blocked import qr_blocked, qr_coop, qr_geqrf, qr_twolevel
 from .coop import interpreted
 from .fallback import FALLBACK_LINE, STRICT_ENV
-from .graphs import ShapeGraphs, graph_wanted
+from .graphs import GroupGraphs, ShapeGraphs, graph_wanted
 from .plan import DRIVERS
 
 # Each driver name of plan.DRIVERS is the function qr_<name>.
@@ -32,6 +32,7 @@ BUILD_ERRORS = (CompilationError, OutOfResources, PTXASError)
 FALLBACKS = []
 
 _GRAPHS = ShapeGraphs()
+_GROUP_GRAPHS = GroupGraphs()
 _LAUNCHED_ROUTES = set()
 
 
@@ -72,19 +73,23 @@ def fall_back(route, err: Exception):
     print(FALLBACK_LINE.format(route=route.name, reason=reason), file=sys.stderr, flush=True)
 
 
+def run_graphed(route, settings, driver, A):
+    """The route's call through its graphs: concurrent batch groups, or one graph per shape."""
+    key = (route.name, tuple(A.shape), str(A.device))
+    if route.graph.mode == "concurrent":
+        return _GROUP_GRAPHS.run(key, driver, A, route.graph.groups)
+    return _GRAPHS.run(key, driver, A, settings.clone_outputs)
+
+
 def qr_routed(A: torch.Tensor, routes, settings):
-    """custom_kernel's body: route, then run eagerly or through a per-shape graph."""
+    """custom_kernel's body: route, then run eagerly or through the route's graphs."""
     batch, n, _ = A.shape
     route = select_route(n, batch, routes)
     if not runnable(A, route):
         return torch.geqrf(A)
     driver = functools.partial(qr, route=route)
     try:
-        if graph_wanted(route, settings, A):
-            key = (route.name, tuple(A.shape), str(A.device))
-            out = _GRAPHS.run(key, driver, A, settings.clone_outputs)
-        else:
-            out = driver(A)
+        out = run_graphed(route, settings, driver, A) if graph_wanted(route, settings, A) else driver(A)
     except BUILD_ERRORS as err:  # only a first launch may fall back: later, the kernels are built
         if route.name in _LAUNCHED_ROUTES:
             raise

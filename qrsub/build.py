@@ -383,7 +383,7 @@ def route_line(r) -> str:
         parts.append(f"outer {r.twolevel.outer} far {r.twolevel.far_precision}")
     if r.driver == "coop":
         parts.append(f"coop {r.coop.programs}x {r.coop.exchange} rows<={r.coop.max_rows}")
-    parts.append(f"graph {r.graph.mode}")
+    parts.append(f"graph {r.graph.mode}" + (f", {r.graph.groups} groups" if r.graph.groups else ""))
     return "  ".join(parts).rstrip()
 
 

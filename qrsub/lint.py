@@ -10,10 +10,14 @@ Two kinds of rules:
   `gpus`; a missing argument, an unknown directive or a duplicate is an error).
 - soft (ours, for Python files): `syntax` (the file compiles), `custom-kernel`
   (defines it), `task-import` (imports from `task`), `import` (only torch,
-  triton, the standard library and task), `directive-placement` (a directive
-  after the first comment block is ignored by the service), `directive-missing`,
+  triton, the standard library, task and cuda.bindings), `directive-placement`
+  (a directive after the first comment block is ignored by the service),
+  `directive-missing`,
   `gpu` (the `#!POPCORN gpu` names a GPU the leaderboard is not known to offer:
-  qrsub.rules.LEADERBOARD_GPUS; `qrsub submit` asks the service itself).
+  qrsub.rules.LEADERBOARD_GPUS; `qrsub submit` asks the service itself),
+  `concurrent-graph` (a qrsub build whose routes use graph.mode concurrent, or a
+  file that adds child graphs itself: concurrent graph branches, which the service
+  warns may disqualify; `qrsub submit` sends it only with --accept-concurrency-risk).
 
     >>> [f"{p.line}: {p.rule}" for p in lint_text("import numpy\\n", "sub.py")]
 """
@@ -24,10 +28,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from qrsub.rules import (DIRECTIVES, EXTENSIONS, MAX_BYTES, REFUSED_WORD, gpu_not_offered, header_directives,
-                         parse_directives, refused_lines)
+from qrsub.rules import (ACCEPT_CONCURRENCY_FLAG, CONCURRENCY_RISK, CONCURRENT_RULE, DIRECTIVES, EXTENSIONS,
+                         MAX_BYTES, REFUSED_WORD, gpu_not_offered, header_directives, parse_directives,
+                         refused_lines)
 
 ALLOWED_TOP_MODULES = frozenset({"torch", "triton", "task", "__future__"}) | frozenset(sys.stdlib_module_names)
+# Allowed with their submodules: recent torch CUDA wheels depend on cuda-bindings (the lent H200's
+# torch 2.11 has it). A built file imports it only inside the concurrent graph mode, which the
+# concurrent-graph rule flags on its own.
+ALLOWED_PACKAGES = ("cuda.bindings",)
+# What a file calls to join graphs as concurrent branches (kernels/graphs.py does it for
+# graph.mode concurrent; a hand-written file may do it itself).
+CHILD_GRAPH_CALL = "cudaGraphAddChildGraphNode"
 
 
 @dataclass(frozen=True)
@@ -157,10 +169,67 @@ def _python_rules(text: str) -> list[Problem]:
         out.append(Problem(1, "task-import", "no `from task import input_t, output_t`", False))
     for node in ast.walk(tree):
         for module in _imported(node):
-            if module.split(".")[0] not in ALLOWED_TOP_MODULES:
+            if not _allowed_import(module):
                 out.append(Problem(node.lineno, "import", f"imports '{module}': only torch, triton, the "
-                                   "standard library and task are on the service's runner", False))
-    return out
+                                   "standard library, task and cuda.bindings are on the service's runner",
+                                   False))
+    return out + _concurrency(tree)
+
+
+def _allowed_import(module: str) -> bool:
+    return (module.split(".")[0] in ALLOWED_TOP_MODULES
+            or any(module == p or module.startswith(p + ".") for p in ALLOWED_PACKAGES))
+
+
+def _concurrency(tree: ast.Module) -> list[Problem]:
+    """One finding for concurrent graph branches: in a qrsub build, the routes whose graph.mode
+    is concurrent (its inlined kernels hold the code for every mode, so its ROUTES decide);
+    in any other file, a call that adds child graphs."""
+    routes = _built_routes(tree)
+    if routes:
+        concurrent = [(line, name) for line, name, mode in routes if mode == "concurrent"]
+        if not concurrent:
+            return []
+        names = ", ".join(repr(name) for _, name in concurrent)
+        routes_use = f"routes {names} use" if len(concurrent) > 1 else f"route {names} uses"
+        what = f"{routes_use} graph.mode concurrent (the batch groups run as branches of one graph)"
+        line = concurrent[0][0]
+    else:
+        line = next((n.lineno for n in ast.walk(tree) if _attribute_or_name(n) == CHILD_GRAPH_CALL), None)
+        if line is None:
+            return []
+        what = f"adds child graphs ({CHILD_GRAPH_CALL})"
+    return [Problem(line, CONCURRENT_RULE, f"{what}: {CONCURRENCY_RISK}. `qrsub submit` sends it only with "
+                    f"{ACCEPT_CONCURRENCY_FLAG}", False)]
+
+
+def _built_routes(tree: ast.Module) -> list[tuple[int, str, str]]:
+    """(line, name, graph mode) of each `Route(...)` in a qrsub build's ROUTES literal; [] in other files."""
+    found = []
+    for stmt in tree.body:
+        if not (isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ROUTES"
+                                                     for t in stmt.targets)):
+            continue
+        for node in ast.walk(stmt.value):
+            if isinstance(node, ast.Call) and _attribute_or_name(node.func) == "Route":
+                graph = _keyword(node, "graph")
+                mode = _keyword(graph, "mode") if isinstance(graph, ast.Call) else None
+                found.append((node.lineno, _constant(_keyword(node, "name")), _constant(mode)))
+    return found
+
+
+def _keyword(call: ast.Call, name: str) -> ast.AST | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _constant(node: ast.AST | None):
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def _attribute_or_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _imported(node: ast.AST) -> list[str]:

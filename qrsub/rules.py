@@ -8,6 +8,10 @@ directives from the file's first block of comment lines only
 sources that break them, and `qrsub submit` reads the directives through
 `header_directives`.
 
+It warns that work on more than one queue may disqualify a submission: `qrsub lint`
+flags concurrent graph branches (CONCURRENT_RULE), and `qrsub submit` sends them only
+when the user accepts CONCURRENCY_RISK.
+
 It also refuses a GPU the leaderboard does not offer. LEADERBOARD_GPUS is what
 we know of that offline: `qrsub lint` warns with `gpu_not_offered`, and
 `qrsub submit` asks the service itself (GET /gpus/{leaderboard}) before it
@@ -27,6 +31,15 @@ REFUSED_WORD = "stream"
 DIRECTIVE_PREFIXES = ("#!POPCORN", "//!POPCORN")
 # directive -> the key it sets (`gpu` and `gpus` are one directive: a second is a duplicate)
 DIRECTIVES = {"leaderboard": "leaderboard", "gpu": "gpu", "gpus": "gpu"}
+# The service also warns that work on another stream "may result in disqualification". Graph
+# branches that run concurrently are such work even where the file never spells the word:
+# `qrsub lint` flags a file that uses them under CONCURRENT_RULE, and `qrsub submit` sends one
+# only when given ACCEPT_CONCURRENCY_FLAG, printing CONCURRENCY_RISK.
+CONCURRENT_RULE = "concurrent-graph"
+ACCEPT_CONCURRENCY_FLAG = "--accept-concurrency-risk"
+CONCURRENCY_RISK = ("concurrent branches of one CUDA graph run their kernels side by side on more than one "
+                    "hardware queue, and the service warns that work on another stream \"may result in "
+                    "disqualification\", whether or not the file spells the word it refuses")
 # leaderboard -> the GPU types it runs on (qr_v2's agrees with task/task.yml's `gpus`; a test checks).
 LEADERBOARD_GPUS = {"qr_v2": ("B200",)}
 

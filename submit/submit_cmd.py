@@ -1,7 +1,8 @@
 """`qrsub submit`: check a submission, send it to the leaderboard, follow it to its score.
 
 The steps, each a function below: load the file (qrsub's one build, for a
-variant), lint it (the service's hard rules cannot be forced past), settle the
+variant), lint it (the service's hard rules cannot be forced past; concurrent
+graph branches pass only with --accept-concurrency-risk, not --force), settle the
 leaderboard and GPU against the file's `#!POPCORN` directives (a dry run stops
 here: it reads no credentials and talks to no one), record a ledger row, ask
 the service which GPUs the leaderboard offers, POST, then follow it
@@ -20,7 +21,8 @@ from typing import Any
 import click
 
 from qrsub.cli import DEFAULT_SUBMISSION
-from qrsub.rules import LEADERBOARD_GPUS, gpu_not_offered, header_directives, parse_directives
+from qrsub.rules import (ACCEPT_CONCURRENCY_FLAG, CONCURRENCY_RISK, CONCURRENT_RULE, LEADERBOARD_GPUS,
+                         gpu_not_offered, header_directives, parse_directives)
 from qrsub.submit.client import (CLI_ID_HEADER, MODES, Accepted, ApiError, Client, NotSent, ServiceError,
                                  submission_path)
 from qrsub.submit.config import CLI_ID_ENV, URL_ENV, ConfigError, load_api_url
@@ -98,19 +100,28 @@ def lint_problems(source: Source, leaderboard: str | None, gpu: str | None,
     return problems
 
 
-def report_problems(source: Source, problems: list, force: bool) -> None:
-    """Print PROBLEMS; refuse on hard ones always, on the others unless --force."""
+def report_problems(source: Source, problems: list, force: bool, accept_risk: bool = False) -> None:
+    """Print PROBLEMS; refuse on hard ones always, on concurrent graph branches unless ACCEPT_RISK
+    (--force does not cover them), on the others unless --force. An accepted risk is printed."""
     for p in problems:
         kind = "error" if p.hard else "warning"
         click.echo(f"{source.shown}:{p.line}: {kind} [{p.rule}] {p.message}", err=True)
     hard = [p for p in problems if p.hard]
-    soft = [p for p in problems if not p.hard]
+    risky = [p for p in problems if p.rule == CONCURRENT_RULE]
+    soft = [p for p in problems if not p.hard and p.rule != CONCURRENT_RULE]
     if hard:
         raise click.ClickException(f"not sent: {len(hard)} problem(s) the service would "
                                    f"refuse (--force cannot override these); fix them first")
+    if risky and not accept_risk:
+        raise click.ClickException(f"not sent: it runs concurrent graph branches [{CONCURRENT_RULE}], which "
+                                   f"the service warns may disqualify it; pass {ACCEPT_CONCURRENCY_FLAG} to "
+                                   f"send it knowingly (--force does not)")
     if soft and not force:
         raise click.ClickException(f"not sent: {len(soft)} lint warning(s); fix them, or "
                                    f"pass --force to submit anyway")
+    if risky:
+        click.echo(f"{source.shown}: sending with the risk accepted ({ACCEPT_CONCURRENCY_FLAG}): "
+                   f"{CONCURRENCY_RISK}", err=True)
 
 
 # ---- leaderboard and GPU ----------------------------------------------------
@@ -206,12 +217,16 @@ rejection, or a job that failed, timed out, was flagged, or did not pass;
 @click.option("--dry-run", is_flag=True, help="Lint, settle leaderboard and GPU, print the request "
               "and stop: needs no credentials, sends nothing.")
 @click.option("--force", is_flag=True, help="Submit despite lint warnings (never despite "
-              "the service's own rules).")
+              "the service's own rules, nor despite concurrent graph branches).")
+@click.option(ACCEPT_CONCURRENCY_FLAG, "accept_risk", is_flag=True,
+              help="Send a file whose graph branches run concurrently (graph.mode concurrent: "
+                   "lint's concurrent-graph), which the service warns may disqualify; "
+                   "the risk is printed.")
 @service_options
 @click.pass_context
 def submit(ctx: click.Context, target: Path | None, leaderboard: str | None, gpu: str | None,
            mode: str, no_wait: bool, json_path: Path | None, dry_run: bool, force: bool,
-           ledger_path: str | None, poll_interval: float, http_timeout: float) -> None:
+           accept_risk: bool, ledger_path: str | None, poll_interval: float, http_timeout: float) -> None:
     """Send a submission (FILE, or a VARIANT.yaml built first) to the leaderboard.
 
     Lint runs first; the leaderboard and GPU come from the file's `#!POPCORN`
@@ -222,7 +237,7 @@ def submit(ctx: click.Context, target: Path | None, leaderboard: str | None, gpu
     mode = mode.lower()
     source = load_source(target or DEFAULT_FILE)
     where = resolve_target(source.text, leaderboard, gpu)
-    report_problems(source, lint_problems(source, leaderboard, gpu, where), force)
+    report_problems(source, lint_problems(source, leaderboard, gpu, where), force, accept_risk)
     if dry_run:
         return _dry_run(source, where, mode, json_path)
     config = get_config()

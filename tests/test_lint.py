@@ -172,3 +172,47 @@ def test_the_service_reads_the_first_directive_of_each_kind_in_the_header_only()
     text = ("#!POPCORN leaderboard qr_v2\n#!POPCORN gpus B200 H100\n#!POPCORN gpu A100\n#!POPCORN leaderboard\n"
             "import torch\n#!POPCORN leaderboard other\n")
     assert header_directives(text) == {"leaderboard": ["qr_v2"], "gpu": ["B200", "H100"]}
+
+
+# --- concurrent graph branches (opt-in: graph.mode concurrent) ---------------------
+
+
+def built(name: str) -> str:
+    from qrsub.build import build_submission
+    return build_submission(VARIANTS / name).text
+
+
+def test_a_concurrent_build_gets_one_concurrent_graph_warning_and_no_refused_word():
+    from qrsub.rules import CONCURRENCY_RISK, refused_lines
+
+    text = built("champion-concurrent.yaml")
+    assert refused_lines(text) == []
+    problems = lint_text(text, "submission.py")
+    assert [p.rule for p in problems] == ["gpu", "concurrent-graph"]  # the H200 gpu warning, then ours
+    [risk] = [p for p in problems if p.rule == "concurrent-graph"]
+    assert not risk.hard and "route 'mid' uses graph.mode concurrent" in risk.message
+    assert CONCURRENCY_RISK in risk.message and "--accept-concurrency-risk" in risk.message
+    assert "Route(name='mid'," in text.split("\n")[risk.line - 1], "the line of the route in ROUTES"
+
+
+def test_the_champion_carries_the_concurrent_code_but_no_warning_for_it():
+    text = built("champion.yaml")
+    assert "cudaGraphAddChildGraphNode" in text and "from cuda.bindings import runtime" in text
+    assert [p.rule for p in lint_text(text, "submission.py")] == ["gpu"]
+
+
+def test_several_concurrent_routes_are_one_finding_naming_them():
+    routes = ("ROUTES = (Route(name='a', graph=GraphKnobs(mode='concurrent', groups=2)),\n"
+              "          Route(name='b', graph=GraphKnobs(mode='capture', groups=0)),\n"
+              "          Route(name='c', graph=GraphKnobs(mode='concurrent', groups=4)))\n")
+    found = [p for p in lint_text(GOOD + routes, "submission.py") if p.rule == "concurrent-graph"]
+    assert [(p.line, p.message.split(" graph.mode")[0]) for p in found] == [
+        (GOOD.count("\n") + 1, "routes 'a', 'c' use")]
+
+
+def test_a_hand_written_file_that_adds_child_graphs_is_flagged_too():
+    text = GOOD + ("\nfrom cuda.bindings import runtime\n\n\ndef join(parent, child):\n"
+                   "    return runtime.cudaGraphAddChildGraphNode(parent, None, 0, child)\n")
+    found = [(p.line, p.rule) for p in lint_text(text, "submission.py")]
+    assert found == [(GOOD.count("\n") + 6, "concurrent-graph")]  # cuda.bindings itself is no import warning
+    assert rules(GOOD + "from cuda import cudart\n")[0][1] == "import"  # cuda-python's other modules are

@@ -265,6 +265,41 @@ def test_the_h200_champion_is_warned_with_the_built_files_line(service, env):
     assert f"{VARIANTS / 'champion.yaml'} -> champion.py:2: warning [gpu] qr_v2 runs on B200 only" in result.output
 
 
+def concurrent_b200(tmp_path: Path) -> Path:
+    """champion-b200 (lint-clean) with concurrent groups on the mid route, as champion-concurrent has them."""
+    path = tmp_path / "concurrent-b200.yaml"
+    path.write_text(f"extends: {VARIANTS / 'champion-b200.yaml'}\nroutes:\n"
+                    "  - {name: mid, graph: {mode: concurrent, groups: 10}}\n")
+    return path
+
+
+@pytest.mark.parametrize("flags", [(), ("--force",)], ids=["plain", "force"])
+def test_concurrent_graphs_are_not_sent_without_accepting_the_risk(service, env, ledger, tmp_path, flags):
+    result = qrsub(env, "submit", concurrent_b200(tmp_path), "--mode", "test", *flags)
+    assert result.exit_code == 1 and not service.seen and not ledger.path.exists()
+    assert "warning [concurrent-graph] route 'mid' uses graph.mode concurrent" in result.output
+    assert "pass --accept-concurrency-risk to send it knowingly (--force does not)" in result.output
+
+
+def test_accepting_the_concurrency_risk_sends_and_says_what_it_risks(service, env, ledger, tmp_path):
+    from qrsub.rules import CONCURRENCY_RISK
+
+    result = qrsub(env, "submit", concurrent_b200(tmp_path), "--mode", "test", "--no-wait",
+                   "--accept-concurrency-risk")
+    assert result.exit_code == 0, result.output
+    assert f"sending with the risk accepted (--accept-concurrency-risk): {CONCURRENCY_RISK}" in result.output
+    [post] = posts(service)
+    assert post.path == "/submission/qr_v2/B200/test"  # the fake service refuses the word: none was sent
+    row = ledger.rows()[0]
+    assert [r["graph"] for r in row.knobs["routes"] if r["name"] == "mid"] == [{"mode": "concurrent", "groups": 10}]
+
+
+def test_accepting_the_risk_does_not_silence_other_warnings(service, env, tmp_path):
+    path = write_submission(tmp_path, GOOD_SUBMISSION + "import numpy\n")
+    result = qrsub(env, "submit", path, "--accept-concurrency-risk")
+    assert result.exit_code == 1 and "--force" in result.output and not service.seen
+
+
 def test_a_gpu_the_service_does_not_offer_is_refused_before_the_upload(service, env, ledger, tmp_path):
     path = write_submission(tmp_path, GOOD_SUBMISSION.replace("gpu B200", "gpu H200"))
     result = qrsub(env, "submit", path, "--force", "--json", tmp_path / "o.json")

@@ -481,3 +481,14 @@ def test_summarize_repeats_compares_whole_submissions():
     assert s["cases"][0]["results"][0]["reps"] == 2 and g["complete"]
     partial = summarize_repeats(base, [{"a": 0.5}], specs, ["BASE", "c"])
     assert not partial["geomean"][1]["complete"] and partial["cases"][1]["results"][1]["status"] == "skipped"
+
+
+def test_a_sweep_never_sends_concurrent_graph_branches_even_forced(service, env, tmp_path):
+    base = tmp_path / "concurrent.yaml"
+    base.write_text(f"extends: {BASE}\nroutes:\n  - {{name: mid, graph: {{mode: concurrent, groups: 10}}}}\n")
+    result = qrsub(env, "sweep", base, *GRID_3, "--remote", "--force", "--run-dir", tmp_path / "run",
+                   "-o", tmp_path / "best.yaml")
+    assert result.exit_code == 1
+    assert "warning [concurrent-graph] route 'mid' uses graph.mode concurrent" in result.output
+    assert "4 of 4 file(s) cannot be sent (nothing was sent)" in result.output
+    assert not service.seen and not Path(env["QRSUB_LEDGER"]).exists()

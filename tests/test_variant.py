@@ -122,8 +122,19 @@ REJECTS = [
     ("    twolevel: {far_precision: fp16}\n", "4:31", ["twolevel.far_precision", "one of fp32, tf32"]),
     ("    coop: {programs: 3}\n", "4:22", ["coop.programs", "power of two in 1..64"]),
     ("    coop: {max_rows: 0}\n", "4:22", ["coop.max_rows", "an integer >= 1"]),
-    ("    graph: {mode: on}\n", "4:19", ["graph.mode", "'on'", "one of off, capture"]),
-    ("    graph: {mode: concurrent}\n", "4:19", ["graph.mode", "one of off, capture"]),
+    ("    graph: {mode: on}\n", "4:19", ["graph.mode", "'on'", "one of off, capture, concurrent"]),
+    ("    graph: {mode: concurrent}\n", "4:19", ["graph.mode", "got concurrent with graph.groups 0",
+                                                 "graph.groups 2..32"]),
+    ("    graph: {mode: concurrent, groups: 1}\n", "4:19", ["graph.mode", "with graph.groups 1"]),
+    ("    graph: {mode: concurrent, groups: 33}\n", "4:39", ["graph.groups", "an integer in 0..32"]),
+    ("    graph: {groups: 4}\n", "4:21", ["graph.groups", "got 4 with graph.mode capture", "allowed: 0"]),
+    ("    graph: {mode: off, groups: 4}\n", "4:32", ["graph.groups", "got 4 with graph.mode off"]),
+    ("    driver: coop\n    graph: {mode: concurrent, groups: 4}\n", "5:19",
+     ["graph.mode", "got concurrent with driver coop", "allowed: concurrent with driver blocked", "spin"]),
+    ("    driver: twolevel\n    graph: {mode: concurrent, groups: 4}\n", "5:19",
+     ["graph.mode", "got concurrent with driver twolevel", "workspace"]),
+    ("    driver: geqrf\n    graph: {mode: concurrent, groups: 4}\n", "5:19",
+     ["graph.mode", "got concurrent with driver geqrf", "never graphed"]),
     ("    graph: capture\n", "4:12", ["routes[all].graph", "expected a mapping of mode"]),
     ("    n: [100, 50]\n", "4:8", ["routes[all].n", "max is below min"]),
     ("    n: big\n", "4:8", ["routes[all].n", "[min, max]"]),
@@ -350,6 +361,26 @@ def test_variations_differ_from_the_champion_only_where_they_say():
     assert diff("champion-outer32-2048.yaml") == ["route huge: twolevel.outer: 128 -> 32"]
     assert any("panel.num_warps" in line for line in diff("champion-warps-by-batch.yaml"))
     assert load_variant(VARIANTS / "b200.yaml").gpu == "B200"
+    assert diff("champion-concurrent.yaml") == ["route mid: graph.mode: capture -> concurrent",
+                                                "route mid: graph.groups: 0 -> 10"]
+
+
+def test_concurrent_groups_serve_640x512_in_champion_concurrent_only():
+    concurrent = load_variant(VARIANTS / "champion-concurrent.yaml")
+    assert concurrent.route_for(512, 640).graph == plan.GraphKnobs(mode="concurrent", groups=10)
+    assert concurrent.settings == load_variant(VARIANTS / "champion.yaml").settings
+    # Opt-in: no other shipped variant runs concurrent branches.
+    for path in VARIANTS.glob("*.yaml"):
+        if path.name != "champion-concurrent.yaml":
+            assert all(r.graph.mode != "concurrent" for r in load_variant(path).routes), path.name
+
+
+def test_a_concurrent_route_in_defaults_names_the_route_it_breaks(tmp_path):
+    text = ("gpu: H200\ndefaults: {graph: {mode: concurrent, groups: 4}}\nroutes:\n"
+            "  - {name: a, n: [1, 63]}\n  - {name: b, driver: coop}\n")
+    message = reject(tmp_path, text)
+    assert "routes[b].graph.mode: got concurrent with driver coop" in message
+    assert "routes[a]" not in message
 
 
 def test_a_misspelled_patch_is_caught_as_a_shadowed_route(tmp_path):

@@ -17,9 +17,12 @@ def lint(files: tuple[str, ...]) -> None:
     .cpp), directive (the first comment block: `#!POPCORN leaderboard NAME`,
     `#!POPCORN gpu NAME`; no argument, unknown or repeated). Those lines end in
     [refused by the service]. Ours: syntax, custom-kernel, task-import, import
-    (torch, triton, stdlib and task only), directive-placement, directive-missing,
-    gpu (a `#!POPCORN gpu` the leaderboard is not known to offer, as
-    qrsub/rules.py lists them; `qrsub submit` asks the service itself).
+    (torch, triton, stdlib, task and cuda.bindings only), directive-placement,
+    directive-missing, gpu (a `#!POPCORN gpu` the leaderboard is not known to
+    offer, as qrsub/rules.py lists them; `qrsub submit` asks the service itself),
+    concurrent-graph (graph.mode concurrent, or child graphs added by hand:
+    branches that run concurrently, which the service warns may disqualify;
+    `qrsub submit` sends it only with --accept-concurrency-risk).
     A variant (.yaml) is built in memory and its submission linted.
     Exits 1 when there is any problem.
 
@@ -28,6 +31,7 @@ def lint(files: tuple[str, ...]) -> None:
       qrsub lint build/submission.py
       qrsub lint variants/champion.yaml        # the H200 champion: a gpu warning
       qrsub lint task/submission.py variants/b200.yaml
+      qrsub lint variants/champion-concurrent.yaml   # opt-in: a concurrent-graph warning
     """
     from qrsub.cli import build_or_fail
     from qrsub.lint import lint_bytes
