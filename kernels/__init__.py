@@ -10,6 +10,7 @@ One module per stage, each with its plain-torch reference in `naive.py`:
 - `coop`       the cooperative panel: NC programs per matrix share a tall panel's rows
 - `strip`      the fused trailing update C <- C - V (T^T (V^T C))
 - `wy`         a two-level block's T from its inner T: the torch merge, or one Triton launch
+- `tproduct`   the far update's small T^T W on tensor cores in a split precision
 - `blocked`    drivers: single-level, two-level and cooperative two-level blocked QR
 - `graphs`     CUDA graphs: one per input shape, or concurrent batch groups (opt-in)
 - `routing`    a route per (n, batch), and the public entry `qr_routed`

@@ -23,6 +23,7 @@ from .coop import coop_panel
 from .panel import householder_panel, padded_width
 from .scratch import scratch
 from .strip import trailing_strip
+from .tproduct import t_product
 from .wy import block_t, wy_merge
 
 
@@ -78,8 +79,11 @@ def far_update_cublas(src, H, Y, Tb, J, ob, twolevel):
     large_tf32 = twolevel.far_precision == "tf32"
     with matmul_tf32(large_tf32):
         W = torch.bmm(Y.transpose(1, 2), C)
-    with matmul_tf32(large_tf32 and twolevel.far_tcontract == "tf32"):
-        W = torch.bmm(Tb.transpose(1, 2), W)
+    if twolevel.far_tcontract == "tf32x3":
+        W = t_product(Tb, W, "tf32x3")
+    else:
+        with matmul_tf32(large_tf32 and twolevel.far_tcontract == "tf32"):
+            W = torch.bmm(Tb.transpose(1, 2), W)
     out = H[:, J:, J + ob:]
     with matmul_tf32(large_tf32):
         if src is H:

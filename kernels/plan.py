@@ -32,6 +32,9 @@ GRAM = ("cublas", "fp16x3", "tf32x3")
 # TwoLevelKnobs.far_update (blocked.py): the columns right of a block through cuBLAS's three
 # batched GEMMs, or through the fused strip kernel with BB = the outer block.
 FAR_UPDATES = ("cublas", "strip")
+# TwoLevelKnobs.far_tcontract (blocked.py, tproduct.py): the far update's T product by cuBLAS in
+# tf32 or fp32, or by tproduct.t_product_kernel on tensor cores in tf32x3.
+FAR_TCONTRACTS = ("tf32", "fp32", "tf32x3")
 # CUDA graph policies (graphs.py). `concurrent` is opt-in and never a default: its batch
 # groups run as concurrent branches of one graph, which is work on more than one hardware
 # queue, and the service warns that such work may disqualify a submission (whatever the
@@ -169,9 +172,10 @@ class TwoLevelKnobs:
     outer: int = knob(128, Pow2(32, 512), "two-level outer block O (a multiple of panel.width)")
     # fp32 by default: tf32 in the far update was measured safe only at n >= 1024.
     far_precision: str = knob("fp32", OneOf(("fp32", "tf32")), "precision of the cuBLAS far update")
-    far_tcontract: str = knob("tf32", OneOf(("fp32", "tf32")), "with far_precision tf32, the precision of "
-                                                               "the far update's small T product (fp32: "
-                                                               "the margin, at about 6% of its flops)")
+    far_tcontract: str = knob("tf32", OneOf(FAR_TCONTRACTS), "with far_precision tf32, the precision of the "
+                                                             "far update's small T product: tf32 or fp32 "
+                                                             "(the margin, at about 6% of its flops) by "
+                                                             "cuBLAS, or tf32x3 by a Triton kernel")
     far_update: str = knob("cublas", OneOf(FAR_UPDATES), "the far update: cublas (three batched GEMMs, "
                                                          "far_precision) or strip (the fused strip kernel with "
                                                          "BB = outer, the route's strip and precision knobs: C "
@@ -263,10 +267,10 @@ def route_problems(driver: str, sections: dict) -> list:
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))
     if driver not in TWO_LEVEL_DRIVERS:
         return out
-    if twolevel.far_tcontract == "fp32" and twolevel.far_precision != "tf32" and not value_problems(twolevel):
-        out.append((("twolevel", "far_tcontract"), f"got fp32 with twolevel.far_precision "
-                    f"{twolevel.far_precision}; allowed: tf32 (the default), or fp32 with far_precision "
-                    "tf32 (an fp32 far update is fp32 throughout)"))
+    if twolevel.far_tcontract != "tf32" and twolevel.far_precision != "tf32" and not value_problems(twolevel):
+        out.append((("twolevel", "far_tcontract"), f"got {twolevel.far_tcontract} with twolevel.far_precision "
+                    f"{twolevel.far_precision}; allowed: tf32 (the default), or fp32 or tf32x3 with "
+                    "far_precision tf32 (an fp32 far update is fp32 throughout)"))
     if twolevel.far_update == "strip" and twolevel.far_precision != "fp32" and not value_problems(twolevel):
         out.append((("twolevel", "far_precision"), f"got {twolevel.far_precision} with twolevel.far_update "
                     "strip; allowed: fp32 (the default): the strip far update takes the route's precision "

@@ -76,6 +76,8 @@ GROUPS: tuple[KernelGroup, ...] = (
                 kernels=("block_t_kernel",)),
     KernelGroup("Gram", "a two-level block's Y^T Y on tensor cores (kernels/wy.py, twolevel.gram)",
                 kernels=("gram_kernel",)),
+    KernelGroup("T product", "the far update's T^T W on tensor cores (kernels/tproduct.py, "
+                "twolevel.far_tcontract: tf32x3)", kernels=("t_product_kernel",)),
     KernelGroup("GEMM tf32", "cuBLAS/CUTLASS GEMMs on tensor cores in tf32 (the name says tf32, "
                 "or CUTLASS's s1688gemm)", pattern=r"tf32|s1688gemm"),
     KernelGroup("GEMM fp32 SIMT", "cuBLAS GEMMs and GEMVs in fp32 on the CUDA cores (ffma, sgemm, simt, "

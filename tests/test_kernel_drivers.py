@@ -77,10 +77,11 @@ def test_a_gram_on_tensor_cores_needs_the_block_t_kernel():
     route(driver="twolevel", twolevel=dict(gram="fp16x3", block_t="kernel"))
 
 
-@pytest.mark.parametrize("far_tcontract,t_in_tf32", [("tf32", True), ("fp32", False)])
+@pytest.mark.parametrize("far_tcontract,t_in_tf32", [("tf32", True), ("fp32", False), ("tf32x3", None)])
 def test_far_update_runs_its_t_product_in_its_own_precision(monkeypatch, far_tcontract, t_in_tf32):
     """tf32 does not exist on the CPU, so this checks the wiring: which cuBLAS products see
-    allow_tf32 (the GPU test checks the gate)."""
+    allow_tf32, and that tf32x3 takes the T product off cuBLAS (t_in_tf32 None); the GPU
+    tests check the gate."""
     from qrsub.kernels import blocked
 
     seen = []
@@ -98,8 +99,11 @@ def test_far_update_runs_its_t_product_in_its_own_precision(monkeypatch, far_tco
     knobs = route(driver="twolevel", twolevel=dict(far_precision="tf32", far_tcontract=far_tcontract)).twolevel
     callers_choice = torch.backends.cuda.matmul.allow_tf32
     blocked.far_update_cublas(A, H, Y, Tb, 0, 32, knobs)
-    assert seen == [((32, 40), True), ((32, 32), t_in_tf32)]
+    assert seen == [((32, 40), True)] + ([] if t_in_tf32 is None else [((32, 32), t_in_tf32)])
     assert torch.backends.cuda.matmul.allow_tf32 == callers_choice, "the caller's setting comes back"
+    C = A[:, :, 32:].double()  # the CPU runs every product in fp32: all three give the fp32 result
+    expected = C - Y.double() @ (Tb.double().transpose(1, 2) @ (Y.double().transpose(1, 2) @ C))
+    torch.testing.assert_close(H[:, :, 32:].double(), expected, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("n,outer", [(40, 32), (70, 32), (64, 64)])
