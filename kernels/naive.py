@@ -53,6 +53,11 @@ def strip_ref(C: torch.Tensor, V: torch.Tensor, T: torch.Tensor) -> torch.Tensor
     return C - V @ (T.T @ (V.T @ C))
 
 
+def t_product_ref(T: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """tproduct.t_product: T^T W per matrix of the batch, in float64."""
+    return T.double().transpose(-1, -2) @ W.double()
+
+
 def wy_merge_ref(V: torch.Tensor, inner_T: list) -> torch.Tensor:
     """The T of a block whose reflectors are V's columns, from its inner blocks' T_i.
 
