@@ -207,8 +207,7 @@ def _built_routes(tree: ast.Module) -> list[tuple[int, str, str]]:
     """(line, name, graph mode) of each `Route(...)` in a qrsub build's ROUTES literal; [] in other files."""
     found = []
     for stmt in tree.body:
-        if not (isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ROUTES"
-                                                     for t in stmt.targets)):
+        if not _assigns(stmt, "ROUTES"):
             continue
         for node in ast.walk(stmt.value):
             if isinstance(node, ast.Call) and _attribute_or_name(node.func) == "Route":
@@ -241,11 +240,16 @@ def _imported(node: ast.AST) -> list[str]:
     return []
 
 
+def _assigns(stmt: ast.stmt, name: str) -> bool:
+    """Whether STMT is a plain assignment to the name NAME (`NAME = ...`)."""
+    return isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+
+
 def _binds_top_level(tree: ast.Module, name: str) -> bool:
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and stmt.name == name:
             return True
-        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+        if _assigns(stmt, name):
             return True
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             if any((a.asname or a.name.split(".")[0]) == name for a in stmt.names):
