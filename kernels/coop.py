@@ -80,11 +80,39 @@ def exchange_slots(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB:
 
 
 @triton.jit
+def coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, NC: tl.constexpr, BB: tl.constexpr,
+              SLOTS: tl.constexpr, BELOW: tl.constexpr):
+    """Reflector k on this program's rows, its sums exchanged with the matrix's other programs
+    (BELOW: this program's rows all lie below the panel's diagonal, panel.row_masks)."""
+    x, tail, row_k, proj = column_sums(P, rows, cols, k, BELOW)
+    if SLOTS:
+        row_k, proj = exchange_slots(part_ptr, pid, p, k, row_k, proj, cols, NC, BB)
+    else:
+        row_k, proj = exchange_counter(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC, BB)
+    return reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW)
+
+
+@triton.jit
+def coop_reflectors(P, T, taus, rows, cols, bw, part_ptr, count_ptr, pid, p, NC: tl.constexpr,
+                    BB: tl.constexpr, SLOTS: tl.constexpr, UNROLL: tl.constexpr, BELOW: tl.constexpr):
+    """The panel's reflector loop on this program's rows (UNROLL as householder_panel_kernel's)."""
+    if UNROLL == 0:
+        for k in range(0, bw):
+            P, T, taus = coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, NC, BB, SLOTS, BELOW)
+    else:
+        for k0 in range(0, BB, UNROLL):
+            for r in tl.static_range(UNROLL):
+                P, T, taus = coop_step(P, T, taus, rows, cols, k0 + r, part_ptr, count_ptr, pid, p, NC, BB,
+                                       SLOTS, BELOW)
+    return P, T, taus
+
+
+@triton.jit
 def coop_panel_kernel(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, part_ptr, count_ptr,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, FULL: tl.constexpr,
-    SLOTS: tl.constexpr,
+    SLOTS: tl.constexpr, UNROLL: tl.constexpr,
 ):
     """Grid: (NC, batch). Program (p, i) owns panel rows [p*BR, (p+1)*BR) of matrix i.
 
@@ -92,21 +120,24 @@ def coop_panel_kernel(
     (CoopKnobs.exchange == "slots"): part_ptr is batch x BB x NC x 2*BB fp32 (a slot per
     reflector, every word SLOT_SENTINEL at launch) and count_ptr is unused. Otherwise
     part_ptr is batch x 2 x NC x 2*BB fp32 (row_k then proj, two alternating slots) and
-    count_ptr batch int32 counters, zero at launch. Invariants: NC, BR, BB powers of two,
-    BB >= 16, NC * BR >= L, and all NC programs of a matrix co-resident.
+    count_ptr batch int32 counters, zero at launch. UNROLL as householder_panel_kernel's
+    (the exchange slots are indexed by k, so the extra zero columns of a narrow panel use
+    slots that exist: there are BB of them). Invariants: NC, BR, BB powers of two,
+    BB >= 16, BR >= BB, NC * BR >= L, and all NC programs of a matrix co-resident.
     """
     p = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
     rows = p * BR + tl.arange(0, BR)
     cols = tl.arange(0, BB)
     P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
-    for k in range(0, bw):
-        x, tail, row_k, proj = column_sums(P, rows, cols, k)
-        if SLOTS:
-            row_k, proj = exchange_slots(part_ptr, pid, p, k, row_k, proj, cols, NC, BB)
-        else:
-            row_k, proj = exchange_counter(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC, BB)
-        P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k)
+    # Program 0 holds the panel's diagonal; the others' rows all lie below it (BR >= BB),
+    # which lets the compiler fold their row masks (panel.row_masks).
+    if p == 0:  # rows as a constant range (p * BR is zero here), so its masks fold as the panel's do
+        P, T, taus = coop_reflectors(P, T, taus, tl.arange(0, BR), cols, bw, part_ptr, count_ptr, pid, p, NC, BB,
+                                     SLOTS, UNROLL, False)
+    else:
+        P, T, taus = coop_reflectors(P, T, taus, rows, cols, bw, part_ptr, count_ptr, pid, p, NC, BB, SLOTS,
+                                     UNROLL, True)
     tl.store(dst_ptr + pid * n * n + offs, P, mask=in_panel)
     store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
     if p == 0:
@@ -135,15 +166,16 @@ def coop_programs_allowed(programs: int, batch: int, device) -> int:
     return resident_programs(programs, batch, torch.cuda.get_device_properties(device).multi_processor_count)
 
 
-def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, num_warps, v_col_off=0, v_row_off=None):
+def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, v_col_off=0, v_row_off=None):
     """householder_panel's contract, with the panel's rows split over `programs` programs
     (CoopKnobs.programs, fewer where they would not all be resident) that sum their partials
-    per reflector by CoopKnobs.exchange ("counter" or "slots")."""
+    per reflector by CoopKnobs.exchange ("counter" or "slots"). `knobs` (PanelKnobs) gives
+    num_warps by the rows one program holds, and unroll."""
     batch, n, _ = dst.shape
     L = n - j
     NC = coop_programs_allowed(programs, batch, dst.device)
-    BR = triton.next_power_of_2(triton.cdiv(L, NC))
     BB = padded_width(bw)
+    BR = max(BB, triton.next_power_of_2(triton.cdiv(L, NC)))
     count = scratch("coop_count", (batch,), torch.int32, dst.device)
     if exchange == "slots":
         parts = scratch("coop_slots", (batch, BB, NC, 2 * BB), torch.float32, dst.device)
@@ -156,5 +188,5 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, num_warps, v_c
         n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
         j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, SLOTS=exchange == "slots",
-        num_warps=pick_warps(num_warps, BR),
+        UNROLL=knobs.unroll, num_warps=pick_warps(knobs.num_warps, BR),
     )

@@ -146,6 +146,10 @@ class PanelKnobs:
                                              "pair whose rows_max >= the padded panel height")
     row_tiles: int = knob(1, IntRange(1, 2), "the panel's rows in registers as 1 tile of the padded height, "
                                            "or 2 tiles (half of it plus the rest padded) when that holds fewer")
+    unroll: int = knob(0, Pow2(1, 8, zero_is_off=True), "reflectors per iteration of the panel's loop, "
+                                                        "unrolled at compile time over the padded width (so "
+                                                        "the compiler folds most masks); 0: a run-time loop "
+                                                        "over the panel's columns")
 
 
 @dataclass(frozen=True)

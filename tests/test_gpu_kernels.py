@@ -8,6 +8,7 @@ from kernel_helpers import STRIP_TOLERANCE, harness_check, route, strip_error
 from qrsub.kernels import plan, routing
 from qrsub.kernels.coop import coop_panel
 from qrsub.kernels.naive import panel_ref
+from qrsub.kernels.plan import PanelKnobs
 from qrsub.kernels.routing import DRIVER_FUNCTIONS as DRIVERS
 
 pytestmark = pytest.mark.gpu
@@ -21,16 +22,18 @@ def gpu_matrices(batch, n, seed=0, cond=2):
     return A.contiguous()
 
 
+@pytest.mark.parametrize("unroll", [0, 4])
 @pytest.mark.parametrize("exchange", ["counter", "slots"])
 @pytest.mark.parametrize("programs", [2, 4, 8])
-def test_cooperative_panel_with_several_programs(programs, exchange):
+def test_cooperative_panel_with_several_programs(programs, exchange, unroll):
     n, j, bw = 1536, 0, 32
     A = gpu_matrices(2, n)
     dst = A.clone()
     tau = torch.zeros(2, n, device="cuda")
     T = torch.zeros(2, 32, 32, device="cuda")
     V = torch.zeros(2, n, 32, device="cuda")
-    coop_panel(A, dst, tau, T, V, j, bw, programs=programs, exchange=exchange, num_warps=4)
+    coop_panel(A, dst, tau, T, V, j, bw, programs=programs, exchange=exchange,
+               knobs=PanelKnobs(num_warps=4, unroll=unroll))
     for i in range(2):
         P, tau_ref, T_ref, _ = panel_ref(A[i, :, :bw].double().cpu())
         torch.testing.assert_close(dst[i, :, :bw].double().cpu(), P, atol=1e-4, rtol=1e-3)
@@ -42,6 +45,7 @@ def test_cooperative_panel_with_several_programs(programs, exchange):
     ("blocked", 200, dict(panel=dict(width=16), strip=dict(bm=32, bn=16))),
     ("blocked", 520, dict(panel=dict(width=32, num_warps=((256, 4), (None, 8))), strip=dict(bm=32, bn=64))),
     ("blocked", 352, dict(panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=32))),
+    ("blocked", 520, dict(panel=dict(width=32, row_tiles=2, unroll=4), strip=dict(bm=32, bn=64))),
     ("twolevel", 520, dict(panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=64),
                            twolevel=dict(outer=32, far_update="strip", block_t="kernel", gram="fp16x3"))),
     ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
@@ -56,6 +60,9 @@ def test_cooperative_panel_with_several_programs(programs, exchange):
                         twolevel=dict(outer=256), coop=dict(programs=4, max_rows=512))),
     ("coop", 2100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32, split_rows=256),
                         twolevel=dict(outer=128, far_precision="tf32"),
+                        coop=dict(programs=4, max_rows=512, exchange="slots"))),
+    ("coop", 2100, dict(panel=dict(width=16, num_warps=((None, 8),), unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+                        twolevel=dict(outer=128, far_precision="tf32", far_tcontract="fp32", block_t="kernel"),
                         coop=dict(programs=4, max_rows=512, exchange="slots"))),
 ])
 @pytest.mark.parametrize("prec", ["fp16x3", "tf32x3"])

@@ -8,6 +8,7 @@ from kernel_helpers import special_matrices
 
 from qrsub.kernels.coop import coop_panel, resident_programs
 from qrsub.kernels.naive import coop_panel_ref, panel_ref
+from qrsub.kernels.plan import PanelKnobs
 
 
 @pytest.mark.parametrize("programs", [1, 2, 3, 8])
@@ -21,15 +22,16 @@ def test_partial_sums_reproduce_the_panel(programs, L, b):
         torch.testing.assert_close(tau, tau_ref)
 
 
+@pytest.mark.parametrize("unroll", [0, 4])
 @pytest.mark.parametrize("exchange", ["counter", "slots"])
-def test_kernel_with_one_program_matches_reference(exchange):
+def test_kernel_with_one_program_matches_reference(exchange, unroll):
     A = special_matrices(36)
     j, bw = 4, 16
     dst = A.clone()
     tau = torch.zeros(A.shape[0], 36, device=A.device)
     T = torch.zeros(A.shape[0], 16, 16, device=A.device)
     V = torch.zeros(A.shape[0], 36, 16, device=A.device)
-    coop_panel(A, dst, tau, T, V, j, bw, programs=4, exchange=exchange, num_warps=4)
+    coop_panel(A, dst, tau, T, V, j, bw, programs=4, exchange=exchange, knobs=PanelKnobs(num_warps=4, unroll=unroll))
     for i in range(A.shape[0]):
         P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + bw].double().cpu())
         torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)

@@ -8,7 +8,7 @@ from qrsub.kernels.panel import householder_panel, padded_width, pick_warps, row
 from qrsub.kernels.plan import PanelKnobs
 
 
-def run_panel(A, j, bw, separate_src=False, row_tiles=1):
+def run_panel(A, j, bw, separate_src=False, row_tiles=1, unroll=0):
     batch, n, _ = A.shape
     BB = padded_width(bw)
     dst = A.clone()
@@ -18,19 +18,22 @@ def run_panel(A, j, bw, separate_src=False, row_tiles=1):
     tau = torch.zeros(batch, n, device=A.device)
     T = torch.full((batch, BB, BB), float("nan"), device=A.device)
     V = torch.full((batch, n, BB), float("nan"), device=A.device)
-    knobs = PanelKnobs(width=bw, num_warps=4, row_tiles=row_tiles)
+    knobs = PanelKnobs(width=bw, num_warps=4, row_tiles=row_tiles, unroll=unroll)
     householder_panel(src, dst, tau, T, V, j, bw, knobs=knobs)
     return dst, tau, T, V
 
 
+# unroll 0 is the run-time loop over bw; 1, 4 and 8 unroll over the padded width, which
+# for a ragged panel (bw < 16) runs reflectors on the zero columns past bw.
+@pytest.mark.parametrize("unroll", [0, 1, 4, 8])
 @pytest.mark.parametrize("n,j,bw,row_tiles", [
     (1, 0, 1, 1), (5, 0, 3, 1), (20, 0, 16, 1), (37, 5, 16, 1), (40, 8, 32, 1), (17, 10, 7, 1),
     # two row tiles: 48 rows as 32 + 16; 44 rows (the second tile partly past L), a ragged width
     (48, 0, 16, 2), (50, 6, 13, 2),
 ])
-def test_panel_matches_reference(n, j, bw, row_tiles):
+def test_panel_matches_reference(n, j, bw, row_tiles, unroll):
     A = special_matrices(n)
-    dst, tau, T, V = run_panel(A, j, bw, row_tiles=row_tiles)
+    dst, tau, T, V = run_panel(A, j, bw, row_tiles=row_tiles, unroll=unroll)
     for i in range(A.shape[0]):
         P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + bw].double().cpu())
         torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)
@@ -57,11 +60,12 @@ def test_panel_reads_a_separate_source():
     assert torch.equal(tau, tau_same)
 
 
-def test_zero_tail_gives_zero_tau_and_keeps_the_column():
+@pytest.mark.parametrize("unroll", [0, 4])
+def test_zero_tail_gives_zero_tau_and_keeps_the_column(unroll):
     A = torch.zeros(1, 6, 6, device=DEVICE)
     A[0, 0, 0] = -3.0  # tail exactly zero: geqrf leaves it and sets tau = 0
     A[0, :, 1] = torch.arange(1.0, 7.0)
-    dst, tau, T, _ = run_panel(A, 0, 2)
+    dst, tau, T, _ = run_panel(A, 0, 2, unroll=unroll)
     assert tau[0, 0] == 0 and dst[0, 0, 0] == -3.0 and T[0, 0, 0] == 0
     assert tau[0, 1] > 0
 
@@ -80,4 +84,6 @@ def test_two_row_tiles_only_where_they_hold_fewer_rows():
     assert row_tiles_of(512, 2) == (512, 0)     # a power of two already
     assert row_tiles_of(264, 2) == (512, 0)     # the rest (8 rows) too small to pay for itself
     assert row_tiles_of(288, 1) == (512, 0)
+    assert row_tiles_of(48, 2, 32) == (32, 16)
+    assert row_tiles_of(48, 2, 64) == (64, 0)     # the first tile must hold the BB diagonal rows
 
