@@ -20,6 +20,7 @@ import contextlib
 import torch
 
 from .coop import coop_panel
+from .overlap import qr_blocked_overlapped
 from .panel import householder_panel, padded_width
 from .scratch import scratch
 from .strip import trailing_strip
@@ -33,9 +34,11 @@ def qr_geqrf(A: torch.Tensor, route):
 
 def qr_blocked(A: torch.Tensor, route):
     """Single-level blocked QR: for each panel of route.panel.width columns, the panel, then
-    one trailing strip over every column right of it."""
+    one trailing strip over every column right of it (PanelKnobs.overlap: overlap.py's schedule)."""
     batch, n, _ = A.shape
     b = min(route.panel.width, n)
+    if route.panel.overlap and batch >= 2 and n > b:
+        return qr_blocked_overlapped(A, route)
     BB = padded_width(b)
     H = torch.empty_like(A)
     tau = torch.empty(batch, n, dtype=A.dtype, device=A.device)

@@ -129,7 +129,20 @@ def householder_panel_kernel(
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr,
 ):
-    """Grid: (batch,). Program i owns the whole panel of matrix i.
+    """Grid: (batch,). Program i owns the whole panel of matrix i (panel_program)."""
+    panel_program(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, tl.program_id(0).to(tl.int64),
+                  n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
+                  BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL)
+
+
+@triton.jit
+def panel_program(
+    src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
+    n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
+    BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
+    FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr,
+):
+    """One program factors the whole panel of matrix pid (an int64 index).
 
     The panel is rows [0, L) x columns [0, bw) of the n x n matrix starting at
     element `panel_off` (= j*n + j); it is read from `src_ptr`, factored, and
@@ -153,7 +166,6 @@ def householder_panel_kernel(
     powers of two; BB >= 16 when T feeds tl.dot; the panel fits in registers
     ((BL + BL2) * BB / (32 * num_warps) values a thread).
     """
-    pid = tl.program_id(0).to(tl.int64)
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
     P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
@@ -214,6 +226,25 @@ def pick_warps(rule, rows: int) -> int:
     return rule[-1][1]
 
 
+def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None):
+    """(arguments, compile-time constants, num_warps) of panel_program for columns [j, j+bw) of
+    every matrix, by parameter name: householder_panel launches them as they are, the
+    overlapped launch (overlap.py) beside a strip's."""
+    n = dst.shape[1]
+    L = n - j
+    BB = padded_width(bw)
+    BL, BL2 = row_tiles_of(L, knobs.row_tiles, BB)
+    args = dict(
+        src_ptr=src, dst_ptr=dst, tau_ptr=tau, t_ptr=T if T is not None else tau,
+        v_ptr=V if V is not None else tau, n=n, L=L, bw=bw, panel_off=j * n + j, tau_off=j,
+        t_bs=T.stride(0) if T is not None else 0, t_ld=T.stride(1) if T is not None else 0,
+        v_row_off=j if v_row_off is None else v_row_off, v_col_off=v_col_off,
+        v_ld=V.shape[2] if V is not None else 0)
+    constants = dict(BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
+                     UNROLL=knobs.unroll)
+    return args, constants, pick_warps(knobs.num_warps, BL + BL2)
+
+
 def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None):
     """Factor panel columns [j, j+bw) of every matrix, rows [j, n), as `knobs` (PanelKnobs:
     num_warps by the rows the tiles hold, row_tiles, unroll) say.
@@ -223,15 +254,6 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_o
     V's rows are indexed like the matrix's (row r of the panel lands at row
     v_row_off + r, default j) so a two-level block can stack its panels.
     """
-    batch, n, _ = dst.shape
-    L = n - j
-    BB = padded_width(bw)
-    BL, BL2 = row_tiles_of(L, knobs.row_tiles, BB)
-    v_ld = V.shape[2] if V is not None else 0
-    householder_panel_kernel[(batch,)](
-        src, dst, tau, T if T is not None else tau, V if V is not None else tau,
-        n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
-        j if v_row_off is None else v_row_off, v_col_off, v_ld,
-        BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
-        UNROLL=knobs.unroll, num_warps=pick_warps(knobs.num_warps, BL + BL2),
-    )
+    args, constants, num_warps = panel_launch(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off,
+                                              v_row_off=v_row_off)
+    householder_panel_kernel[(dst.shape[0],)](**args, **constants, num_warps=num_warps)

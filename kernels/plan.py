@@ -150,6 +150,9 @@ class PanelKnobs:
                                                         "unrolled at compile time over the padded width (so "
                                                         "the compiler folds most masks); 0: a run-time loop "
                                                         "over the panel's columns")
+    overlap: bool = knob(False, Flag(), "blocked driver: the batch in two halves one step apart, each launch "
+                                        "factoring one half's panel beside the other half's trailing strip "
+                                        "(one kernel, the panel's num_warps; overlap.py)")
 
 
 @dataclass(frozen=True)
@@ -267,6 +270,12 @@ def route_problems(driver: str, sections: dict) -> list:
         out.append((("strip", "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least strip.bm "
                     f"({strip.bm}): each split is a whole number of row tiles"))
     panel, twolevel = sections["panel"], sections["twolevel"]
+    if panel.overlap is True and driver != "blocked":
+        out.append((("panel", "overlap"), f"got true with driver {driver}; allowed: false, or true with driver "
+                    "blocked (the overlapped schedule is the single-level one)"))
+    elif panel.overlap is True and not value_problems(strip) and strip.split_rows:
+        out.append((("panel", "overlap"), f"got true with strip.split_rows {strip.split_rows}; allowed: false, "
+                    "or true with strip.split_rows 0 (an overlapped strip runs as one launch)"))
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))
     if driver not in TWO_LEVEL_DRIVERS:

@@ -59,9 +59,22 @@ def trailing_strip_kernel(
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
     PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr,
 ):
-    """Grid: (cdiv(ncols, BN), batch). Program (s, i) owns columns [s*BN, (s+1)*BN)
-    of matrix i's trailing block: rows [0, L) x columns [0, ncols) starting at
-    element c_off (= j*n + j + bw), read from src_ptr and written to dst_ptr.
+    """Grid: (cdiv(ncols, BN), batch). Program (s, i) is strip_program(s, i)."""
+    strip_program(src_ptr, dst_ptr, v_ptr, t_ptr, tl.program_id(0), tl.program_id(1).to(tl.int64),
+                  n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld,
+                  BB, BM, BN, NUM_STAGES, PROJECT, TCONTRACT, APPLY)
+
+
+@triton.jit
+def strip_program(
+    src_ptr, dst_ptr, v_ptr, t_ptr, s, pid,
+    n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld,
+    BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
+    PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr,
+):
+    """One program owns columns [s*BN, (s+1)*BN) of matrix pid's (an int64 index) trailing
+    block: rows [0, L) x columns [0, ncols) starting at element c_off (= j*n + j + bw), read
+    from src_ptr and written to dst_ptr.
 
     V: rows v_row_off.. and columns v_col_off.. (BB of them, zero beyond the
     panel's width) of the batch x n x v_ld buffer; T: BB x BB at
@@ -70,8 +83,6 @@ def trailing_strip_kernel(
     APPLY are PrecisionKnobs' project, tcontract, apply.
     Invariants: BB, BM, BN are powers of two >= 16.
     """
-    s = tl.program_id(0)
-    pid = tl.program_id(1).to(tl.int64)
     cn = s * BN + tl.arange(0, BN)
     cb = tl.arange(0, BB)
     src, dst, vb = block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
@@ -134,6 +145,20 @@ def strip_columns(strip, ncols: int) -> int:
     return min(strip.bn, max(MIN_DOT_WIDTH, triton.next_power_of_2(ncols)))
 
 
+def strip_launch(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row_off=None, v_col_off=0):
+    """(arguments, compile-time constants, num_warps, column tiles) of strip_program for rows
+    [row0, n) x columns [col0, col0+ncols), by parameter name: trailing_strip launches them
+    as they are, the overlapped launch (overlap.py) beside a panel's."""
+    n = dst.shape[1]
+    BN = strip_columns(strip, ncols)
+    args = dict(src_ptr=src, dst_ptr=dst, v_ptr=V, t_ptr=T, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
+                v_row_off=row0 if v_row_off is None else v_row_off, v_col_off=v_col_off, v_ld=V.shape[2],
+                t_bs=T.stride(0), t_ld=T.stride(1))
+    constants = dict(BB=T.shape[-1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages,
+                     PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply)
+    return args, constants, strip.num_warps, triton.cdiv(ncols, BN)
+
+
 def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row_off=None, v_col_off=0):
     """Apply one panel's block reflector to rows [row0, n) x columns [col0, col0+ncols),
     with the tiles of `strip` (StripKnobs) and the products' `precision` (PrecisionKnobs).
@@ -142,33 +167,27 @@ def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row
     from v_col_off hold the panel's V; T: batch x BB x BB (any strides, e.g. a
     diagonal block of a larger T). src and dst may be the same tensor.
     """
-    batch, n, _ = dst.shape
-    L = n - row0
-    BB = T.shape[-1]
-    v_row_off = row0 if v_row_off is None else v_row_off
-    tiles = dict(BB=BB, BM=strip.bm, BN=strip_columns(strip, ncols), NUM_STAGES=strip.num_stages,
-                 num_warps=strip.num_warps)
-    if strip.split_rows and L > strip.split_rows:
-        split_strip(src, dst, V, T, L, row0 * n + col0, ncols, v_row_off, v_col_off, strip, precision, tiles)
+    args, constants, num_warps, col_tiles = strip_launch(src, dst, V, T, row0, col0, ncols, strip=strip,
+                                                         precision=precision, v_row_off=v_row_off,
+                                                         v_col_off=v_col_off)
+    if strip.split_rows and args["L"] > strip.split_rows:
+        split_strip(args, constants, num_warps, col_tiles, strip.split_rows)
         return
-    trailing_strip_kernel[(triton.cdiv(ncols, tiles["BN"]), batch)](
-        src, dst, V, T, n, L, ncols, row0 * n + col0, v_row_off, v_col_off, V.shape[2], T.stride(0), T.stride(1),
-        PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply, **tiles,
-    )
+    trailing_strip_kernel[(col_tiles, dst.shape[0])](**args, **constants, num_warps=num_warps)
 
 
-def split_strip(src, dst, V, T, L, c_off, ncols, v_row_off, v_col_off, strip, precision, tiles):
-    """The strip with its rows split over programs (StripKnobs.split_rows rows each): partial
-    projections in one launch, their sum and the update in a second."""
-    batch, n, _ = dst.shape
-    splits = triton.cdiv(L, strip.split_rows)
-    col_tiles = triton.cdiv(ncols, tiles["BN"])
-    W = scratch("strip_w", (batch, splits, tiles["BB"], col_tiles * tiles["BN"]), torch.float32, dst.device)
-    grid = (col_tiles, splits, batch)
-    project_split_kernel[grid](
-        src, V, W, n, L, ncols, c_off, v_row_off, v_col_off, V.shape[2], strip.split_rows,
-        W.stride(0), W.stride(1), W.stride(2), PROJECT=precision.project, **tiles)
-    apply_split_kernel[grid](
-        src, dst, V, T, W, n, L, ncols, c_off, v_row_off, v_col_off, V.shape[2], T.stride(0), T.stride(1),
-        strip.split_rows, splits, W.stride(0), W.stride(1), W.stride(2),
-        TCONTRACT=precision.tcontract, APPLY=precision.apply, **tiles)
+def split_strip(args, constants, num_warps, col_tiles, rows_per):
+    """strip_launch's strip with its rows split over programs (StripKnobs.split_rows rows each):
+    partial projections in one launch, their sum and the update in a second."""
+    dst, BB, BN = args["dst_ptr"], constants["BB"], constants["BN"]
+    splits = triton.cdiv(args["L"], rows_per)
+    W = scratch("strip_w", (dst.shape[0], splits, BB, col_tiles * BN), torch.float32, dst.device)
+    tiles = dict(BB=BB, BM=constants["BM"], BN=BN, NUM_STAGES=constants["NUM_STAGES"], num_warps=num_warps)
+    split = dict(rows_per=rows_per, w_ptr=W, w_bs=W.stride(0), w_ss=W.stride(1), w_ld=W.stride(2))
+    grid = (col_tiles, splits, dst.shape[0])
+    shared = {name: args[name] for name in ("n", "L", "ncols", "c_off", "v_row_off", "v_col_off", "v_ld")}
+    project_split_kernel[grid](src_ptr=args["src_ptr"], v_ptr=args["v_ptr"], **shared, **split,
+                               PROJECT=constants["PROJECT"], **tiles)
+    apply_split_kernel[grid](src_ptr=args["src_ptr"], dst_ptr=dst, v_ptr=args["v_ptr"], t_ptr=args["t_ptr"],
+                             t_bs=args["t_bs"], t_ld=args["t_ld"], splits=splits, **shared, **split,
+                             TCONTRACT=constants["TCONTRACT"], APPLY=constants["APPLY"], **tiles)
