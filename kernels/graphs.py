@@ -1,9 +1,13 @@
-"""CUDA graphs of a route's calls: one graph per input shape, or concurrent batch groups.
+"""CUDA graphs of a route's calls: one graph per input shape or per input tensor, or concurrent batch groups.
 
 `ShapeGraphs` (graph.mode capture): the first call of a shape runs eagerly (compiling
 every kernel), then the driver is captured on a private copy of the input; later calls
 refill that copy and replay. The harness keeps several outputs alive at once, so the
 graph's output buffers are cloned out rather than handed back.
+
+`InputGraphs` (graph.mode inplace): a graph per input tensor, reading it where it lies and
+handing back its own output buffers, so that a call copies nothing. Each input then has
+outputs of its own, which is what the harness needs when it keeps several alive.
 
 `GroupGraphs` (graph.mode concurrent, opt-in): the batch is split into contiguous
 groups, each captured as its own graph with its own scratch buffers and memory pool,
@@ -40,6 +44,64 @@ class ShapeGraphs:
         with torch.cuda.graph(graph):
             static_out = driver(static_in)
         return graph, static_in, static_out
+
+
+# graph.mode inplace keeps graphs for at most this many bytes of distinct inputs per route and
+# shape (four of 60x1024's 252 MB): each graph holds output buffers as large as its input.
+INPLACE_INPUT_BYTES = 1 << 30
+# ... and remembers this many tensors called once (keys only, no memory held).
+INPLACE_SEEN_INPUTS = 64
+
+
+class InputGraphs:
+    """Graphs keyed by the input tensor: the route, its address, shape, strides and device.
+
+    A replay reads whatever the input's memory holds when it runs, so a tensor refilled in
+    place, or a new tensor of the same shape at a freed tensor's address, is factored afresh:
+    nothing is ever answered from an earlier call. A call's outputs are the graph's own
+    buffers; they stay as returned until the next call with the same key overwrites them.
+
+    A tensor's first call runs eagerly, its second captures and replays, later calls replay:
+    an input factored once (the harness checks each case on fresh clones) costs no capture.
+    Per route and shape, graphs for at most INPLACE_INPUT_BYTES of inputs are kept, the least
+    recently used dropped first (a dropped graph's outputs stay valid for whoever holds them).
+    """
+
+    def __init__(self, input_bytes: int = INPLACE_INPUT_BYTES):
+        self.input_bytes = input_bytes
+        self.graphs = {}  # shape key -> {input key: (graph, outputs)}, least recently used first
+        self.seen = {}  # shape key -> {input keys called once}, oldest first
+
+    def run(self, shape_key, driver, A):
+        key = (A.data_ptr(), tuple(A.stride()))
+        graphs = self.graphs.setdefault(shape_key, {})
+        entry = graphs.pop(key, None)
+        if entry is None:
+            seen = self.seen.setdefault(shape_key, {})
+            if seen.pop(key, None) is None:
+                seen[key] = True
+                if len(seen) > INPLACE_SEEN_INPUTS:
+                    del seen[next(iter(seen))]
+                return driver(A)
+            entry = self.capture(driver, A)
+        graphs[key] = entry  # now the most recently used
+        self.trim(graphs, A)
+        graph, out = entry
+        graph.replay()
+        return out
+
+    def trim(self, entries: dict, A):
+        """Drop the oldest graphs past the byte budget (always keeping the newest)."""
+        per_input = A.numel() * A.element_size()
+        while len(entries) > max(1, self.input_bytes // per_input):
+            del entries[next(iter(entries))]
+
+    @staticmethod
+    def capture(driver, A):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = driver(A)
+        return graph, out
 
 
 def group_spans(batch: int, groups: int) -> list:
@@ -134,7 +196,7 @@ def add_child_graph(parent: int, child: int) -> None:
 
 def graph_wanted(route, settings, A) -> bool:
     """Capture only on CUDA, when the route's GraphKnobs ask for it and the input has at least
-    settings.graph_min_numel elements and, in mode capture, at most graph_max_numel. Mode
+    settings.graph_min_numel elements and, in modes capture and inplace, at most graph_max_numel. Mode
     concurrent has no upper bound: it exists for the largest batches (640x512), and its
     groups' overlap is what pays for copying a large input into the graph's buffer."""
     if not A.is_cuda or route.graph.mode == "off" or A.numel() < settings.graph_min_numel:

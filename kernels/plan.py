@@ -39,7 +39,7 @@ FAR_TCONTRACTS = ("tf32", "fp32", "tf32x3")
 # groups run as concurrent branches of one graph, which is work on more than one hardware
 # queue, and the service warns that such work may disqualify a submission (whatever the
 # file spells). qrsub lint and qrsub submit flag every built file whose routes use it.
-GRAPH_MODES = ("off", "capture", "concurrent")
+GRAPH_MODES = ("off", "capture", "inplace", "concurrent")
 # Why graph.mode concurrent refuses a driver; the others (blocked: Triton kernels only, each
 # group's on its own buffers) may run as concurrent branches.
 CONCURRENT_REFUSED = {
@@ -203,7 +203,11 @@ class CoopKnobs:
 
 @dataclass(frozen=True)
 class GraphKnobs:
-    mode: str = knob("capture", OneOf(GRAPH_MODES), "CUDA graph policy: capture (a graph per shape), off, or "
+    mode: str = knob("capture", OneOf(GRAPH_MODES), "CUDA graph policy: capture (a graph per shape, the input "
+                                                    "copied in, the outputs cloned out as settings.clone_outputs "
+                                                    "says), inplace (a graph per input tensor, which reads it where "
+                                                    "it lies and returns its own buffers: no copies; an output stays "
+                                                    "as returned until the next call on the same tensor), off, or "
                                                     "concurrent (opt-in, a disqualification risk that qrsub "
                                                     "lint and submit flag): the batch split into graph.groups "
                                                     "groups, each its own graph, run as concurrent branches "
@@ -236,7 +240,7 @@ class Settings:
 
     graph_min_numel: int = knob(5000, IntRange(0), "graphs only for inputs with at least this many elements")
     graph_max_numel: int = knob(100_000_000, IntRange(0), "graphs only for inputs with at most this many elements")
-    clone_outputs: bool = knob(True, Flag(), "clone outputs out of the graph's buffers "
+    clone_outputs: bool = knob(True, Flag(), "clone outputs out of a graph.mode capture route's buffers "
                                              "(the harness keeps several alive)")
 
 

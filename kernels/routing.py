@@ -20,7 +20,7 @@ from triton.runtime.errors import OutOfResources, PTXASError
 from .blocked import qr_blocked, qr_coop, qr_geqrf, qr_twolevel
 from .coop import interpreted
 from .fallback import FALLBACK_LINE, STRICT_ENV
-from .graphs import GroupGraphs, ShapeGraphs, graph_wanted
+from .graphs import GroupGraphs, InputGraphs, ShapeGraphs, graph_wanted
 from .plan import DRIVERS
 
 # Each driver name of plan.DRIVERS is the function qr_<name>.
@@ -33,6 +33,7 @@ FALLBACKS = []
 
 _GRAPHS = ShapeGraphs()
 _GROUP_GRAPHS = GroupGraphs()
+_INPUT_GRAPHS = InputGraphs()
 _LAUNCHED_ROUTES = set()
 
 
@@ -74,10 +75,13 @@ def fall_back(route, err: Exception):
 
 
 def run_graphed(route, settings, driver, A):
-    """The route's call through its graphs: concurrent batch groups, or one graph per shape."""
+    """The route's call through its graphs: concurrent batch groups, one graph per input tensor,
+    or one graph per shape."""
     key = (route.name, tuple(A.shape), str(A.device))
     if route.graph.mode == "concurrent":
         return _GROUP_GRAPHS.run(key, driver, A, route.graph.groups)
+    if route.graph.mode == "inplace":
+        return _INPUT_GRAPHS.run(key, driver, A)
     return _GRAPHS.run(key, driver, A, settings.clone_outputs)
 
 

@@ -123,3 +123,19 @@ def test_overlapped_schedule_on_gpu(n, width):
     torch.testing.assert_close(tau1, tau0, atol=1e-6, rtol=1e-5)
     assert harness_check(A, H1, tau1) < 0.5
 
+
+def test_inplace_graphs_read_the_input_where_it_lies():
+    """graph.mode inplace: no copy in or out, so a replay must see the input as it is now, and
+    each input tensor must keep outputs of its own."""
+    settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**9, clone_outputs=False)
+    graphed = route("inplace-test", panel=dict(width=16), strip=dict(bm=32, bn=16), graph=dict(mode="inplace"))
+    inputs = [gpu_matrices(4, 96, seed=s) for s in range(2)]
+    for _ in range(3):  # eager, capture and replay, replay
+        outputs = [routing.qr_routed(A, [graphed], settings) for A in inputs]
+    for A, (H, tau) in zip(inputs, outputs):
+        harness_check(A, H, tau)
+    assert outputs[0][0].data_ptr() != outputs[1][0].data_ptr()
+    inputs[0].copy_(gpu_matrices(4, 96, seed=7))  # refilled in place
+    H, tau = routing.qr_routed(inputs[0], [graphed], settings)
+    H_ref, tau_ref = DRIVERS["blocked"](inputs[0], graphed)
+    torch.testing.assert_close(H, H_ref) and torch.testing.assert_close(tau, tau_ref)

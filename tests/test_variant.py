@@ -122,7 +122,7 @@ REJECTS = [
     ("    twolevel: {far_precision: fp16}\n", "4:31", ["twolevel.far_precision", "one of fp32, tf32"]),
     ("    coop: {programs: 3}\n", "4:22", ["coop.programs", "power of two in 1..64"]),
     ("    coop: {max_rows: 0}\n", "4:22", ["coop.max_rows", "an integer >= 1"]),
-    ("    graph: {mode: on}\n", "4:19", ["graph.mode", "'on'", "one of off, capture, concurrent"]),
+    ("    graph: {mode: on}\n", "4:19", ["graph.mode", "'on'", "one of off, capture, inplace, concurrent"]),
     ("    graph: {mode: concurrent}\n", "4:19", ["graph.mode", "got concurrent with graph.groups 0",
                                                  "graph.groups 2..32"]),
     ("    graph: {mode: concurrent, groups: 1}\n", "4:19", ["graph.mode", "with graph.groups 1"]),
