@@ -13,13 +13,11 @@ all NC programs of a matrix must be resident at once (batch * NC well under the
 SM count) and the interpreter, which runs programs one after another, can only
 run NC = 1.
 """
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from .panel import column_sums, load_slice, padded_width, pick_warps, reflect, store_v
+from .panel import column_sums, interpreted, load_slice, padded_width, pick_warps, reflect, store_v
 from .scratch import scratch
 
 
@@ -145,9 +143,6 @@ def coop_panel_kernel(
         if WRITE_T:
             tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], T)
 
-
-def interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def resident_programs(programs: int, batch: int, sms: int) -> int:

@@ -28,8 +28,8 @@ def panel_and_strip_kernel(
     s_src_ptr, s_dst_ptr, s_v_ptr, s_t_ptr, s_count, col_tiles,
     s_n, s_L, s_ncols, s_c_off, s_v_row_off, s_v_col_off, s_v_ld, s_t_bs, s_t_ld,
     p_BL: tl.constexpr, p_BB: tl.constexpr, p_WRITE_T: tl.constexpr, p_WRITE_V: tl.constexpr,
-    p_FULL: tl.constexpr, p_BL2: tl.constexpr, p_UNROLL: tl.constexpr,
-    s_BB: tl.constexpr, s_BM: tl.constexpr, s_BN: tl.constexpr, s_NUM_STAGES: tl.constexpr,
+    p_FULL: tl.constexpr, p_BL2: tl.constexpr, p_UNROLL: tl.constexpr, p_GROUPED: tl.constexpr,
+    p_SHUFFLE: tl.constexpr, s_BB: tl.constexpr, s_BM: tl.constexpr, s_BN: tl.constexpr, s_NUM_STAGES: tl.constexpr,
     s_PROJECT: tl.constexpr, s_TCONTRACT: tl.constexpr, s_APPLY: tl.constexpr,
 ):
     """Grid: (max(p_count, s_count) * (col_tiles + 1),). Program q = m * (col_tiles + 1) + r:
@@ -48,7 +48,7 @@ def panel_and_strip_kernel(
         if m < p_count:
             panel_program(p_src_ptr, p_dst_ptr, p_tau_ptr, p_t_ptr, p_v_ptr, m.to(tl.int64),
                           p_n, p_L, p_bw, p_panel_off, p_tau_off, p_t_bs, p_t_ld, p_v_row_off, p_v_col_off,
-                          p_v_ld, p_BL, p_BB, p_WRITE_T, p_WRITE_V, p_FULL, p_BL2, p_UNROLL)
+                          p_v_ld, p_BL, p_BB, p_WRITE_T, p_WRITE_V, p_FULL, p_BL2, p_UNROLL, p_GROUPED, p_SHUFFLE)
     else:
         if m < s_count:
             strip_program(s_src_ptr, s_dst_ptr, s_v_ptr, s_t_ptr, r - 1, m.to(tl.int64),

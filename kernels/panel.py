@@ -15,6 +15,8 @@ j < k store v_j below their diagonal), which is what T's column k needs.
 The cooperative panel (coop.py) uses the same two steps, summing row_k and
 proj across programs in between.
 """
+import os
+
 import triton
 import triton.language as tl
 
@@ -56,6 +58,20 @@ def column_sums(P, rows, cols, k, BELOW: tl.constexpr):
 
 
 @triton.jit
+def reflector(alpha, sigma):
+    """(tau, 1 / (alpha - beta), the new diagonal) of the reflector with alpha on the diagonal
+    and sigma = ||tail||^2 below it (dlarfg's convention); tau 0 and the diagonal kept when the
+    tail is exactly zero."""
+    reflects = sigma > 0.0
+    norm = tl.sqrt(alpha * alpha + sigma)
+    beta = tl.where(alpha >= 0.0, -norm, norm)
+    # Divide only where the reflector exists: beta and alpha - beta are zero otherwise.
+    tau_k = tl.where(reflects, (beta - alpha) / tl.where(reflects, beta, 1.0), 0.0)
+    scale = tl.where(reflects, 1.0 / tl.where(reflects, alpha - beta, 1.0), 0.0)
+    return tau_k, scale, tl.where(reflects, beta, alpha)
+
+
+@triton.jit
 def reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW: tl.constexpr):
     """Form reflector k from the summed row_k and proj, apply it to the panel slice P
     (columns right of k; column k becomes beta over v), and extend T and tau
@@ -63,16 +79,10 @@ def reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW: tl.constexpr
     below, at = row_masks(rows, k, BELOW)
     alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
     sigma = tl.sum(tl.where(cols == k, proj, 0.0), axis=0)
-    reflects = sigma > 0.0
-    norm = tl.sqrt(alpha * alpha + sigma)
-    beta = tl.where(alpha >= 0.0, -norm, norm)
-    # Divide only where the reflector exists: beta and alpha - beta are zero otherwise.
-    tau_k = tl.where(reflects, (beta - alpha) / tl.where(reflects, beta, 1.0), 0.0)
-    scale = tl.where(reflects, 1.0 / tl.where(reflects, alpha - beta, 1.0), 0.0)
+    tau_k, scale, diag = reflector(alpha, sigma)
     w = row_k + proj * scale
     v = tl.where(at, 1.0, tail * scale)
     coef = tl.where(cols > k, tau_k * w, 0.0)
-    diag = tl.where(reflects, beta, alpha)
     new_col = tl.where(below, v, tl.where(at, diag, x))
     is_col = cols == k
     P = tl.where(is_col[None, :], new_col[:, None], P - v[:, None] * coef[None, :])
@@ -80,6 +90,59 @@ def reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW: tl.constexpr
     t_col = -tau_k * tl.sum(T * tl.where(cols < k, w, 0.0)[None, :], axis=1)
     t_col = tl.where(is_col, tau_k, tl.where(cols < k, t_col, 0.0))
     T = tl.where(is_col[None, :], t_col[:, None], T)
+    taus = tl.where(is_col, tau_k, taus)
+    return P, T, taus
+
+
+@triton.jit
+def group_broadcast(xg, k, SHUFFLE: tl.constexpr):
+    """Column k of the panel, for every column group: xg (BL, G) holds each thread's own
+    register k % 4 of its group; the group k // 4 holds column k. SHUFFLE: one indexed
+    shuffle per row register from the lane of the same row that holds group k // 4, where a
+    reduction over the groups costs log2(G) shuffles and additions. The shuffle relies on the
+    layout panel_program_grouped gets from its 16-byte loads: 4 columns a thread, the G
+    groups of a row on G consecutive lanes (householder_panel asks for it only where the
+    loads are 16-byte aligned, and the GPU tests check it). The interpreter cannot run
+    inline assembly: it takes the reduction."""
+    if SHUFFLE:
+        G: tl.constexpr = xg.shape[1]
+        src = tl.full(xg.shape, 0, tl.int32) + k // 4
+        first_of_row = tl.full(xg.shape, 32 - G, tl.int32)  # lane & first_of_row: the row's first lane
+        return tl.inline_asm_elementwise(
+            "{ .reg .u32 l; mov.u32 l, %laneid; and.b32 l, l, $3; or.b32 l, l, $2; "
+            "shfl.sync.idx.b32 $0, $1, l, 0x1f, 0xffffffff; }",
+            "=r,r,r,r", [xg, src, first_of_row], dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        groups = tl.arange(0, xg.shape[1])
+        x = tl.sum(tl.where(groups[None, :] == k // 4, xg, 0.0), axis=1)
+        return tl.broadcast_to(x[:, None], xg.shape)
+
+
+@triton.jit
+def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr):
+    """Reflector k on the panel held as (BL, G, 4): column c is group c // 4, entry c % 4.
+    The same arithmetic as column_sums and reflect, with each row vector held as (BL, G),
+    one copy per column group, so that column k reaches every group by group_broadcast.
+    cols: (G, 4) column indices; rows: (BL, 1)."""
+    neg_zero = tl.full(P.shape, -2147483648, tl.int32).to(tl.float32, bitcast=True)  # see column_sums
+    below, at = rows > k, rows == k
+    xg = tl.sum(tl.where((cols % 4 == k % 4)[None, :, :], P, neg_zero), axis=2)  # within a thread
+    x = group_broadcast(xg, k, SHUFFLE)
+    tail = tl.where(below, x, 0.0)
+    row_k, proj = tl.reduce((tl.where(at[:, :, None], P, neg_zero), tail[:, :, None] * P), 0, add_pairs)
+    is_col = cols == k
+    alpha = tl.sum(tl.sum(tl.where(is_col, row_k, 0.0), axis=1), axis=0)
+    sigma = tl.sum(tl.sum(tl.where(is_col, proj, 0.0), axis=1), axis=0)
+    tau_k, scale, diag = reflector(alpha, sigma)
+    w = row_k + proj * scale
+    v = tl.where(at, 1.0, tail * scale)
+    coef = tl.where(cols > k, tau_k * w, 0.0)
+    new_col = tl.where(below, v, tl.where(at, diag, x))
+    P = tl.where(is_col[None, :, :], new_col[:, :, None], P - v[:, :, None] * coef[None, :, :])
+    t_rows = tl.arange(0, T.shape[0])
+    t_col = -tau_k * tl.sum(tl.sum(T * tl.where(cols < k, w, 0.0)[None, :, :], axis=2), axis=1)
+    t_col = tl.where(t_rows == k, tau_k, tl.where(t_rows < k, t_col, 0.0))
+    T = tl.where(is_col[None, :, :], t_col[:, None, None], T)
     taus = tl.where(is_col, tau_k, taus)
     return P, T, taus
 
@@ -127,12 +190,13 @@ def householder_panel_kernel(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
-    FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr,
+    FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
+    SHUFFLE: tl.constexpr,
 ):
     """Grid: (batch,). Program i owns the whole panel of matrix i (panel_program)."""
     panel_program(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, tl.program_id(0).to(tl.int64),
                   n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
-                  BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL)
+                  BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE)
 
 
 @triton.jit
@@ -140,7 +204,8 @@ def panel_program(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
-    FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr,
+    FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
+    SHUFFLE: tl.constexpr,
 ):
     """One program factors the whole panel of matrix pid (an int64 index).
 
@@ -162,10 +227,17 @@ def panel_program(
     BB 32, 4 warps: 750 instructions per reflector at u = 4 against 1,805). Columns past bw
     are zero (the load masks them), so their reflectors are the identity (tau 0).
 
+    GROUPED (PanelKnobs.broadcast shuffle, where householder_panel allows it) runs
+    panel_program_grouped instead, SHUFFLE its indexed shuffle.
+
     Invariants: BL + BL2 >= L; BL >= BB when BL2 > 0; BL, BL2 (when not 0) and BB >= bw are
     powers of two; BB >= 16 when T feeds tl.dot; the panel fits in registers
     ((BL + BL2) * BB / (32 * num_warps) values a thread).
     """
+    if GROUPED:
+        panel_program_grouped(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid, n, L, bw, panel_off, tau_off,
+                              t_bs, t_ld, v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE)
+        return
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
     P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
@@ -190,6 +262,47 @@ def panel_program(
         tl.store(dst_ptr + pid * n * n + offs2, P2, mask=in_panel2)
         if WRITE_V:
             store_v(v_ptr, P2, rows2, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
+
+
+@triton.jit
+def panel_program_grouped(
+    src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
+    n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
+    BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
+    UNROLL: tl.constexpr, SHUFFLE: tl.constexpr,
+):
+    """panel_program for PanelKnobs.broadcast shuffle: one row tile, bw == BB, the rows
+    16-byte aligned. The tile is loaded as (BL, BB) and reshaped to (BL, BB // 4, 4), which
+    keeps its layout (4 columns a thread, a row's groups on consecutive lanes); T is held the
+    same way, (BB, BB // 4, 4)."""
+    rows = tl.arange(0, BL)
+    cols = tl.arange(0, BB)
+    P2, offs, in_panel, _, _ = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, True)
+    G: tl.constexpr = BB // 4
+    P = tl.reshape(P2, (BL, G, 4))
+    cols2 = tl.arange(0, G)[:, None] * 4 + tl.arange(0, 4)[None, :]
+    T = tl.zeros((BB, G, 4), dtype=tl.float32)
+    taus = tl.zeros((G, 4), dtype=tl.float32)
+    if UNROLL == 0:
+        for k in range(0, bw):
+            P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k, SHUFFLE)
+    else:
+        for k0 in range(0, BB, UNROLL):
+            for r in tl.static_range(UNROLL):
+                P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k0 + r, SHUFFLE)
+    P2 = tl.reshape(P, (BL, BB))
+    tl.store(dst_ptr + pid * n * n + offs, P2, mask=in_panel)
+    tl.store(tau_ptr + pid * n + tau_off + tl.reshape(cols2, (BB,)), tl.reshape(taus, (BB,)))
+    if WRITE_T:
+        t_offs = tl.arange(0, BB)[:, None, None] * t_ld + cols2[None, :, :]
+        tl.store(t_ptr + pid * t_bs + t_offs, T)
+    if WRITE_V:
+        store_v(v_ptr, P2, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
+
+
+def interpreted() -> bool:
+    """Triton's interpreter runs the kernels (CPU tensors): no inline assembly, one program at a time."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def padded_width(bw: int) -> int:
@@ -229,7 +342,12 @@ def pick_warps(rule, rows: int) -> int:
 def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None):
     """(arguments, compile-time constants, num_warps) of panel_program for columns [j, j+bw) of
     every matrix, by parameter name: householder_panel launches them as they are, the
-    overlapped launch (overlap.py) beside a strip's."""
+    overlapped launch (overlap.py) beside a strip's. PanelKnobs.broadcast shuffle takes the
+    grouped program where its layout holds: a full-width panel in one row tile whose rows
+    start 16-byte aligned (n and j multiples of 16) and that holds at least 4 values a
+    thread, so that Triton loads 4 columns a thread (ptxas and the TTGIR for sm_90 show
+    that layout at every such shape we compiled; a tile of 2 values a thread splits a
+    group over 2 lanes). Elsewhere the panel sums: the factors are the same either way."""
     n = dst.shape[1]
     L = n - j
     BB = padded_width(bw)
@@ -240,9 +358,12 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
         t_bs=T.stride(0) if T is not None else 0, t_ld=T.stride(1) if T is not None else 0,
         v_row_off=j if v_row_off is None else v_row_off, v_col_off=v_col_off,
         v_ld=V.shape[2] if V is not None else 0)
+    num_warps = pick_warps(knobs.num_warps, BL + BL2)
+    grouped = (knobs.broadcast == "shuffle" and bw == BB and BL2 == 0 and n % 16 == 0 and j % 16 == 0
+               and BL * BB >= 4 * 32 * num_warps)
     constants = dict(BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
-                     UNROLL=knobs.unroll)
-    return args, constants, pick_warps(knobs.num_warps, BL + BL2)
+                     UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted())
+    return args, constants, num_warps
 
 
 def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None):

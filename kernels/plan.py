@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, fields
 PRECISIONS = ("fp32", "tf32", "tf32x3", "fp16x3", "fp16x2lo", "fp16")
 # Driver names; routing.py binds each to the function named qr_<name>.
 DRIVERS = ("geqrf", "blocked", "twolevel", "coop")
+# PanelKnobs.broadcast (panel.py): how column k of the panel reaches every lane of its row.
+BROADCASTS = ("sum", "shuffle")
 # Drivers built from inner panels inside outer blocks (they read `twolevel`).
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
 # How the cooperative panel's programs exchange partial sums per reflector (coop.py).
@@ -150,6 +152,10 @@ class PanelKnobs:
                                                         "unrolled at compile time over the padded width (so "
                                                         "the compiler folds most masks); 0: a run-time loop "
                                                         "over the panel's columns")
+    broadcast: str = knob("sum", OneOf(BROADCASTS), "how column k reaches the lanes of its row each reflector: "
+                                                  "sum (a reduction over the column groups) or shuffle (one "
+                                                  "indexed shuffle: the panel held as column groups of 4, "
+                                                  "where its rows are 16-byte aligned; GPU only)")
     overlap: bool = knob(False, Flag(), "blocked driver: the batch in two halves one step apart, each launch "
                                         "factoring one half's panel beside the other half's trailing strip "
                                         "(one kernel, the panel's num_warps; overlap.py)")

@@ -18,9 +18,9 @@ from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources, PTXASError
 
 from .blocked import qr_blocked, qr_coop, qr_geqrf, qr_twolevel
-from .coop import interpreted
 from .fallback import FALLBACK_LINE, STRICT_ENV
 from .graphs import GroupGraphs, InputGraphs, ShapeGraphs, graph_wanted
+from .panel import interpreted
 from .plan import DRIVERS
 
 # Each driver name of plan.DRIVERS is the function qr_<name>.

@@ -139,3 +139,23 @@ def test_inplace_graphs_read_the_input_where_it_lies():
     H, tau = routing.qr_routed(inputs[0], [graphed], settings)
     H_ref, tau_ref = DRIVERS["blocked"](inputs[0], graphed)
     torch.testing.assert_close(H, H_ref) and torch.testing.assert_close(tau, tau_ref)
+
+
+@pytest.mark.parametrize("n,width,warps", [(512, 32, 4), (1024, 16, 8), (176, 16, 4), (32, 32, 2), (64, 16, 4)])
+def test_grouped_panel_shuffle_on_gpu(n, width, warps):
+    """PanelKnobs.broadcast shuffle: the indexed shuffle assumes the layout Triton gives the
+    grouped panel (4 columns a thread, a row's groups on consecutive lanes); this checks it
+    on the machine at the shapes the routes use, against the summing panel."""
+    from qrsub.kernels.panel import householder_panel, panel_launch
+
+    A = gpu_matrices(3, n)
+    outs = {}
+    for broadcast in ("sum", "shuffle"):
+        knobs = PanelKnobs(width=width, num_warps=warps, unroll=4, broadcast=broadcast)
+        H, tau = torch.zeros_like(A), torch.zeros(3, n, device="cuda")
+        T, V = torch.zeros(3, width, width, device="cuda"), torch.zeros(3, n, width, device="cuda")
+        householder_panel(A, H, tau, T, V, 0, width, knobs=knobs)
+        outs[broadcast] = (H[:, :, :width], tau[:, :width], T, V)
+    assert panel_launch(A, A, tau, T, V, 0, width, knobs=knobs)[1]["SHUFFLE"], "the shuffle ran"
+    for got, want in zip(outs["shuffle"], outs["sum"]):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

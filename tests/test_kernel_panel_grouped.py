@@ -1,0 +1,59 @@
+"""PanelKnobs.broadcast shuffle: the panel held as column groups of 4 (panel_program_grouped).
+
+On the interpreter the grouped program broadcasts column k by a sum over the groups (no
+inline assembly there), so these tests check the grouped arithmetic against the plain
+panel; the indexed shuffle itself has its GPU twin in test_gpu_kernels.py.
+"""
+import pytest
+import torch
+from kernel_helpers import harness_check, route, special_matrices
+
+from qrsub.kernels.blocked import qr_blocked
+from qrsub.kernels.panel import householder_panel, panel_launch
+from qrsub.kernels.plan import PanelKnobs
+
+
+def factor_panel(A, width, broadcast, unroll):
+    batch, n, _ = A.shape
+    H, tau = torch.empty_like(A), torch.zeros(batch, n)
+    T, V = torch.zeros(batch, width, width), torch.zeros(batch, n, width)
+    knobs = PanelKnobs(width=width, num_warps=1, unroll=unroll, broadcast=broadcast)
+    householder_panel(A, H, tau, T, V, 0, width, knobs=knobs)
+    return H[:, :, :width], tau[:, :width], T, V
+
+
+@pytest.mark.parametrize("n,width,unroll", [(48, 16, 4), (32, 32, 4), (48, 16, 0)])
+def test_grouped_panel_gives_the_plain_panels_factors(n, width, unroll):
+    A = special_matrices(n, batch=5)  # random, zero column, all zeros, identity, rank deficient
+    plain = factor_panel(A, width, "sum", unroll)
+    grouped = factor_panel(A, width, "shuffle", unroll)
+    for got, want in zip(grouped, plain):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_the_grouped_program_runs_only_where_its_layout_holds():
+    A = torch.zeros(2, 48, 48)
+    knobs = PanelKnobs(width=16, num_warps=1, broadcast="shuffle")
+
+    def grouped(n, j, bw, warps=1):
+        X = torch.zeros(2, n, n)
+        k = PanelKnobs(width=16, num_warps=warps, broadcast="shuffle")
+        return panel_launch(X, X, torch.zeros(2, n), None, None, j, bw, knobs=k)[1]["GROUPED"]
+
+    assert grouped(48, 16, 16)
+    assert not grouped(40, 16, 16), "rows not 16-byte aligned at n = 40"
+    assert not grouped(48, 8, 16), "a panel starting at a column that is not a multiple of 16"
+    assert not grouped(48, 32, 8), "a ragged last panel (bw < BB)"
+    assert not grouped(48, 32, 16, warps=4), "16 rows x 16 columns on 4 warps: under 4 values a thread"
+    assert grouped(48, 32, 16, warps=2)
+    assert panel_launch(A, A, torch.zeros(2, 48), None, None, 0, 16, knobs=knobs)[1]["SHUFFLE"] is False, \
+        "the interpreter has no inline assembly"
+
+
+@pytest.mark.parametrize("n,width", [(48, 16), (37, 16)])
+def test_blocked_qr_with_the_grouped_panel_passes_the_gate(n, width):
+    A = special_matrices(n, batch=3)
+    H, tau = qr_blocked(A, route(panel=dict(width=width, broadcast="shuffle", unroll=4)))
+    H0, tau0 = qr_blocked(A, route(panel=dict(width=width, unroll=4)))
+    torch.testing.assert_close(H, H0, atol=1e-5, rtol=1e-4)
+    assert harness_check(A, H, tau) < 0.5
