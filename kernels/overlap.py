@@ -76,20 +76,20 @@ def panel_and_strip(panel_call: dict, strip_call: dict):
 
 def half_stages(A, H, tau, T, V, lo, hi, route):
     """The plain blocked driver's launches for matrices [lo, hi), in order, as
-    ("panel", householder_panel's keywords) and ("strip", trailing_strip's keywords)."""
+    ("panel", householder_panel's keywords) and ("strip", trailing_strip's keywords),
+    each on the half's own views of the buffers."""
+    A, H, tau, T, V = (t[lo:hi] for t in (A, H, tau, T, V))
     n = A.shape[1]
     b = min(route.panel.width, n)
-    views = [t[lo:hi] for t in (A, H, tau, T, V)]
-    a, h, t_, T_, V_ = views
     stages = []
     for j in range(0, n, b):
         bw = min(b, n - j)
-        src = a if j == 0 else h
+        src = A if j == 0 else H  # the first panel and strip read the input, as qr_blocked's do
         last = j + bw >= n
-        stages.append(("panel", dict(src=src, dst=h, tau=t_, T=None if last else T_, V=None if last else V_,
+        stages.append(("panel", dict(src=src, dst=H, tau=tau, T=None if last else T, V=None if last else V,
                                      j=j, bw=bw, knobs=route.panel)))
         if not last:
-            stages.append(("strip", dict(src=src, dst=h, V=V_, T=T_, row0=j, col0=j + bw, ncols=n - j - bw,
+            stages.append(("strip", dict(src=src, dst=H, V=V, T=T, row0=j, col0=j + bw, ncols=n - j - bw,
                                          strip=route.strip, precision=route.precision)))
     return stages
 
@@ -112,13 +112,13 @@ def qr_blocked_overlapped(A, route):
     T = scratch("T", (batch, BB, BB), A.dtype, A.device)
     V = scratch("V", (batch, n, BB), A.dtype, A.device)
     half = (batch + 1) // 2
-    first = half_stages(A, H, tau, T, V, 0, half, route)
-    second = half_stages(A, H, tau, T, V, half, batch, route)
-    for i in range(len(first) + 1):
-        pair = [s for s in (first[i] if i < len(first) else None, second[i - 1] if i >= 1 else None) if s]
-        if len(pair) == 1:
-            run_stage(pair[0])
-        else:
-            panel, strip = sorted(pair, key=lambda s: s[0] != "panel")
-            panel_and_strip(panel[1], strip[1])
+    leading = half_stages(A, H, tau, T, V, 0, half, route)
+    trailing = [None] + half_stages(A, H, tau, T, V, half, batch, route)  # one launch behind
+    for step in range(len(trailing)):
+        stages = [s for s in (leading[step] if step < len(leading) else None, trailing[step]) if s]
+        if len(stages) == 1:
+            run_stage(stages[0])
+        else:  # the halves alternate stages, so one is a panel and the other a strip
+            (_, panel), (_, strip) = sorted(stages, key=lambda stage: stage[0] != "panel")
+            panel_and_strip(panel, strip)
     return H, tau
