@@ -101,17 +101,17 @@ def group_broadcast(xg, k, SHUFFLE: tl.constexpr):
     shuffle per row register from the lane of the same row that holds group k // 4, where a
     reduction over the groups costs log2(G) shuffles and additions. The shuffle relies on the
     layout panel_program_grouped gets from its 16-byte loads: 4 columns a thread, the G
-    groups of a row on G consecutive lanes (householder_panel asks for it only where the
-    loads are 16-byte aligned, and the GPU tests check it). The interpreter cannot run
-    inline assembly: it takes the reduction."""
+    groups of a row on G consecutive lanes (panel_launch takes the grouped program only
+    where that holds, and the GPU tests check it). The interpreter cannot run inline
+    assembly: it takes the reduction."""
     if SHUFFLE:
         G: tl.constexpr = xg.shape[1]
         src = tl.full(xg.shape, 0, tl.int32) + k // 4
-        first_of_row = tl.full(xg.shape, 32 - G, tl.int32)  # lane & first_of_row: the row's first lane
+        row_mask = tl.full(xg.shape, 32 - G, tl.int32)  # lane & row_mask: the first lane of the row
         return tl.inline_asm_elementwise(
             "{ .reg .u32 l; mov.u32 l, %laneid; and.b32 l, l, $3; or.b32 l, l, $2; "
             "shfl.sync.idx.b32 $0, $1, l, 0x1f, 0xffffffff; }",
-            "=r,r,r,r", [xg, src, first_of_row], dtype=tl.float32, is_pure=True, pack=1)
+            "=r,r,r,r", [xg, src, row_mask], dtype=tl.float32, is_pure=True, pack=1)
     else:
         groups = tl.arange(0, xg.shape[1])
         x = tl.sum(tl.where(groups[None, :] == k // 4, xg, 0.0), axis=1)
