@@ -294,8 +294,7 @@ def panel_program_grouped(
     tl.store(dst_ptr + pid * n * n + offs, P2, mask=in_panel)
     tl.store(tau_ptr + pid * n + tau_off + tl.reshape(cols2, (BB,)), tl.reshape(taus, (BB,)))
     if WRITE_T:
-        t_offs = tl.arange(0, BB)[:, None, None] * t_ld + cols2[None, :, :]
-        tl.store(t_ptr + pid * t_bs + t_offs, T)
+        tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], tl.reshape(T, (BB, BB)))
     if WRITE_V:
         store_v(v_ptr, P2, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
 
