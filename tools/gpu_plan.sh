@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The next GPU session's plan (docs/perf-log.md, "Next"), one stage per device call, each
+# well inside a 10-minute call. Run from the repository root on the GPU machine:
+#   bash tools/gpu_plan.sh check      # the GPU twins of this plan's knobs, then the bench (~8 min)
+#   bash tools/gpu_plan.sh means      # the harness's own means at n >= 1024, champion vs inplace (~6 min)
+#   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5 (~6 min)
+# Logs and JSON go under $OUT (the device tool's output folder), else ./gpu-results.
+# Where qrsub is not installed, it installs the wheels in .whl if there are any (docs/perf-log.md
+# says how to build them), else the checkout itself as the README's offline install does.
+set -u
+OUT=${OUT:-gpu-results}
+mkdir -p "$OUT"
+if ! python3 -c "import qrsub" 2>/dev/null; then
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+        export PYTHONPATH=/tmp/site
+    else
+        python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+    fi
+fi
+export PYTHONUNBUFFERED=1
+EXPERIMENTS="variants/champion-shuffle.yaml variants/champion-inplace.yaml variants/champion-overlap.yaml variants/champion-2l64.yaml"
+
+case "${1:-}" in
+check)
+    timeout 240 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -k "grouped or overlapped or inplace" \
+        2>&1 | tee "$OUT/gpu-tests.txt" | tail -5
+    timeout 330 python3 -m qrsub bench variants/champion.yaml $EXPERIMENTS --budget 200 \
+        --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -45
+    ;;
+means)
+    for v in variants/champion.yaml variants/champion-inplace.yaml; do
+        timeout 170 python3 -m qrsub test --local "$v" --mode benchmark --cases n=1024,n=2048,n=4096 \
+            --json "$OUT/means-$(basename "$v" .yaml).json" 2>&1 | tail -12
+    done
+    ;;
+seeds)
+    for seed in "" 1 2 3 4 5; do
+        timeout 100 python3 -m qrsub test --local "$2" ${seed:+--seed "$seed"} \
+            --json "$OUT/seeds-$(basename "$2" .yaml)-${seed:-unset}.json" 2>&1 | tail -3
+    done
+    ;;
+*)
+    sed -n '2,9p' "$0"
+    exit 2
+    ;;
+esac
