@@ -8,6 +8,11 @@
 # Where qrsub is not installed, it installs the wheels in .whl if there are any (docs/perf-log.md
 # says how to build them), else the checkout itself as the README's offline install does.
 set -u
+case "${1:-}" in
+check|means) ;;
+seeds) [ -n "${2:-}" ] || { echo "seeds needs a variant: bash tools/gpu_plan.sh seeds variants/NAME.yaml" >&2; exit 2; } ;;
+*) sed -n '2,9p' "$0"; exit 2 ;;
+esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
 if ! python3 -c "import qrsub" 2>/dev/null; then
@@ -39,9 +44,5 @@ seeds)
         timeout 100 python3 -m qrsub test --local "$2" ${seed:+--seed "$seed"} \
             --json "$OUT/seeds-$(basename "$2" .yaml)-${seed:-unset}.json" 2>&1 | tail -3
     done
-    ;;
-*)
-    sed -n '2,9p' "$0"
-    exit 2
     ;;
 esac
