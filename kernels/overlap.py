@@ -9,16 +9,16 @@ panel k and half A's strip of panel k): both kinds of program share the SMs, and
 moves its data while the panels reflect. Everything stays on the caller's queue, in one kernel
 per step.
 
-Each half's stages run in the order of the plain blocked driver (panel 0, strip 0,
-panel 1, ...); the halves touch disjoint matrices, so no program of a launch reads what
-another program of the same launch writes.
+The schedule is blocked.py's (qr_blocked, run_overlapped): each half's stages run in the
+order of the plain driver (panel 0, strip 0, panel 1, ...); the halves touch disjoint
+matrices, so no program of a launch reads what another program of the same launch writes.
+This module holds the fused kernel and its launch.
 """
 import triton
 import triton.language as tl
 
-from .panel import householder_panel, padded_width, panel_launch, panel_program
-from .scratch import scratch
-from .strip import strip_launch, strip_program, trailing_strip
+from .panel import panel_launch, panel_program
+from .strip import strip_launch, strip_program
 
 
 @triton.jit
@@ -72,53 +72,3 @@ def panel_and_strip(panel_call: dict, strip_call: dict):
         p_count=p_count, s_count=s_count, col_tiles=col_tiles, **prefixed("p_", p_args),
         **prefixed("p_", p_constants), **prefixed("s_", s_args), **prefixed("s_", s_constants),
         num_warps=num_warps)
-
-
-def half_stages(A, H, tau, T, V, lo, hi, route):
-    """The plain blocked driver's launches for matrices [lo, hi), in order, as
-    ("panel", householder_panel's keywords) and ("strip", trailing_strip's keywords),
-    each on the half's own views of the buffers."""
-    A, H, tau, T, V = (t[lo:hi] for t in (A, H, tau, T, V))
-    n = A.shape[1]
-    b = min(route.panel.width, n)
-    stages = []
-    for j in range(0, n, b):
-        bw = min(b, n - j)
-        src = A if j == 0 else H  # the first panel and strip read the input, as qr_blocked's do
-        last = j + bw >= n
-        stages.append(("panel", dict(src=src, dst=H, tau=tau, T=None if last else T, V=None if last else V,
-                                     j=j, bw=bw, knobs=route.panel)))
-        if not last:
-            stages.append(("strip", dict(src=src, dst=H, V=V, T=T, row0=j, col0=j + bw, ncols=n - j - bw,
-                                         strip=route.strip, precision=route.precision)))
-    return stages
-
-
-def run_stage(stage):
-    kind, call = stage
-    if kind == "panel":
-        householder_panel(**call)
-    else:
-        trailing_strip(**call)
-
-
-def qr_blocked_overlapped(A, route):
-    """qr_blocked with PanelKnobs.overlap: halves [0, h) and [h, batch) one stage apart, a panel
-    of one half and a strip of the other in each launch. Needs a batch of 2 or more."""
-    batch, n, _ = A.shape
-    BB = padded_width(min(route.panel.width, n))
-    H = A.new_empty(A.shape)
-    tau = A.new_empty((batch, n))
-    T = scratch("T", (batch, BB, BB), A.dtype, A.device)
-    V = scratch("V", (batch, n, BB), A.dtype, A.device)
-    half = (batch + 1) // 2
-    leading = half_stages(A, H, tau, T, V, 0, half, route)
-    trailing = [None] + half_stages(A, H, tau, T, V, half, batch, route)  # one launch behind
-    for step in range(len(trailing)):
-        stages = [s for s in (leading[step] if step < len(leading) else None, trailing[step]) if s]
-        if len(stages) == 1:
-            run_stage(stages[0])
-        else:  # the halves alternate stages, so one is a panel and the other a strip
-            (_, panel), (_, strip) = sorted(stages, key=lambda stage: stage[0] != "panel")
-            panel_and_strip(panel, strip)
-    return H, tau

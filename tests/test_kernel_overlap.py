@@ -7,8 +7,7 @@ import pytest
 import torch
 from kernel_helpers import harness_check, route, special_matrices
 
-from qrsub.kernels import overlap
-from qrsub.kernels.blocked import qr_blocked
+from qrsub.kernels import blocked
 
 
 @pytest.mark.parametrize("n,batch,width", [
@@ -21,8 +20,8 @@ from qrsub.kernels.blocked import qr_blocked
 def test_overlapped_schedule_gives_the_plain_result(n, batch, width):
     A = special_matrices(n, batch)  # random, zero column, all zeros, identity, rank deficient
     before = A.clone()
-    H0, tau0 = qr_blocked(A, route(panel=dict(width=width)))
-    H1, tau1 = qr_blocked(A, route(panel=dict(width=width, overlap=True)))
+    H0, tau0 = blocked.qr_blocked(A, route(panel=dict(width=width)))
+    H1, tau1 = blocked.qr_blocked(A, route(panel=dict(width=width, overlap=True)))
     assert torch.equal(A, before), "drivers must not write to their input"
     assert torch.equal(H0, H1) and torch.equal(tau0, tau1)
     assert harness_check(A, H1, tau1) < 0.5
@@ -30,10 +29,10 @@ def test_overlapped_schedule_gives_the_plain_result(n, batch, width):
 
 def test_each_launch_pairs_one_halfs_panel_with_the_others_strip(monkeypatch):
     launches = []
-    monkeypatch.setattr(overlap, "panel_and_strip", lambda p, s: launches.append(("pair", p["j"], s["row0"])))
-    monkeypatch.setattr(overlap, "run_stage", lambda stage: launches.append((stage[0], stage[1].get("j"))))
+    monkeypatch.setattr(blocked, "panel_and_strip", lambda p, s: launches.append(("pair", p["j"], s["row0"])))
+    monkeypatch.setattr(blocked, "run_stage", lambda stage: launches.append((stage[0], stage[1].get("j"))))
     A = special_matrices(40, 4)
-    overlap.qr_blocked_overlapped(A, route(panel=dict(width=16, overlap=True)))
+    blocked.qr_blocked(A, route(panel=dict(width=16, overlap=True)))
     # panels at 0, 16, 32 (the last without a strip): half A leads, half B follows a launch behind
     assert launches == [("panel", 0), ("pair", 0, 0), ("pair", 16, 0), ("pair", 16, 16), ("pair", 32, 16),
                         ("panel", 32)]
