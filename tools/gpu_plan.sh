@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The next GPU session's plan (docs/perf-log.md, "Next"), one stage per device call, each
 # well inside a 10-minute call. Run from the repository root on the GPU machine:
-#   bash tools/gpu_plan.sh check      # the GPU twins of this plan's knobs, then the bench (~8 min)
+#   bash tools/gpu_plan.sh check      # the bench of every experiment, geqrf and concurrent, then the GPU twins (~9 min)
 #   bash tools/gpu_plan.sh means      # the harness's own means at n >= 1024, champion vs inplace (~6 min)
-#   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5 (~6 min)
+#   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
 # Logs and JSON go under $OUT (the device tool's output folder), else ./gpu-results.
 # Where qrsub is not installed, it installs the wheels in .whl if there are any (docs/perf-log.md
 # says how to build them), else the checkout itself as the README's offline install does.
@@ -24,14 +24,20 @@ if ! python3 -c "import qrsub" 2>/dev/null; then
     fi
 fi
 export PYTHONUNBUFFERED=1
-EXPERIMENTS="variants/champion-shuffle.yaml variants/champion-inplace.yaml variants/champion-overlap.yaml variants/champion-2l64.yaml"
+# Triton's compiled kernels in an ignored folder of the checkout, which the device keeps between
+# calls to a warm machine: a later stage loads them instead of compiling again.
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
+EXPERIMENTS="variants/champion-shuffle.yaml variants/champion-inplace.yaml variants/champion-overlap.yaml
+    variants/champion-2l64.yaml variants/champion-next.yaml"
+# The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
+BASELINES="variants/geqrf.yaml variants/champion-concurrent.yaml"
 
 case "${1:-}" in
 check)
-    timeout 240 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -k "grouped or overlapped or inplace" \
+    timeout 450 python3 -m qrsub bench variants/champion.yaml $EXPERIMENTS $BASELINES --budget 300 \
+        --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -60
+    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -k "grouped or overlapped or inplace" \
         2>&1 | tee "$OUT/gpu-tests.txt" | tail -5
-    timeout 330 python3 -m qrsub bench variants/champion.yaml $EXPERIMENTS --budget 200 \
-        --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -45
     ;;
 means)
     for v in variants/champion.yaml variants/champion-inplace.yaml; do
@@ -44,5 +50,7 @@ seeds)
         timeout 100 python3 -m qrsub test --local "$2" ${seed:+--seed "$seed"} \
             --json "$OUT/seeds-$(basename "$2" .yaml)-${seed:-unset}.json" 2>&1 | tail -3
     done
+    timeout 150 python3 -m qrsub profile "$2" --json "$OUT/profile-$(basename "$2" .yaml).json" \
+        2>&1 | tee "$OUT/profile.txt" | tail -80
     ;;
 esac
