@@ -5,8 +5,8 @@
 #   bash tools/gpu_plan.sh means      # the harness's own means at n >= 1024, champion vs inplace (~6 min)
 #   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
 # Logs and JSON go under $OUT (the device tool's output folder), else ./gpu-results.
-# Where qrsub is not installed, it installs the wheels in .whl if there are any (docs/perf-log.md
-# says how to build them), else the checkout itself as the README's offline install does.
+# Where qrsub is not installed, it installs the checkout itself, editable, as the README's
+# offline install does.
 set -u
 case "${1:-}" in
 check|means) ;;
@@ -15,13 +15,11 @@ seeds) [ -n "${2:-}" ] || { echo "seeds needs a variant: bash tools/gpu_plan.sh 
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
-if ! python3 -c "import qrsub" 2>/dev/null; then
-    if ls .whl/*.whl >/dev/null 2>&1; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-        export PYTHONPATH=/tmp/site
-    else
-        python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
-    fi
+# `import qrsub` alone succeeds in the checkout (its qrsub/ folder), installed or not: the
+# kernels package only exists under qrsub once installed.
+if ! python3 -c "import qrsub.kernels" 2>/dev/null; then
+    # Editable: the checkout's qrsub/ shadows any other install when run from its root.
+    python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 fi
 export PYTHONUNBUFFERED=1
 # Triton's compiled kernels in an ignored folder of the checkout, which the device keeps between
