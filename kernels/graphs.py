@@ -15,6 +15,8 @@ and the groups become edge-less branches of one graph, so that one group's panel
 overlaps another group's strip. The service warns that work on more than one queue may
 disqualify a submission; plan.GRAPH_MODES says how that is kept opt-in and flagged.
 """
+import weakref
+
 import torch
 
 from .scratch import scratch_scope
@@ -54,12 +56,16 @@ INPLACE_SEEN_INPUTS = 64
 
 
 class InputGraphs:
-    """Graphs keyed by the input tensor: the route, its address, shape, strides and device.
+    """Graphs keyed by the input tensor: the route, its address, shape, strides and device,
+    and the tensor object itself (held weakly).
 
     A replay reads whatever the input's memory holds when it runs, so a tensor refilled in
-    place, or a new tensor of the same shape at a freed tensor's address, is factored afresh:
-    nothing is ever answered from an earlier call. A call's outputs are the graph's own
-    buffers; they stay as returned until the next call with the same key overwrites them.
+    place is factored afresh: nothing is ever answered from an earlier call. A call's outputs
+    are the graph's own buffers; they stay as returned until the next call on the same tensor
+    overwrites them. A new tensor at a freed tensor's address is a new input, not a replay:
+    the harness checks a case by calling on clones, each freed before the next lands at the
+    same address, and holds every output until it has checked them all, so replaying there
+    would overwrite the outputs it still holds.
 
     A tensor's first call runs eagerly, its second captures and replays, later calls replay:
     an input factored once (the harness checks each case on fresh clones) costs no capture.
@@ -69,24 +75,28 @@ class InputGraphs:
 
     def __init__(self, input_bytes: int = INPLACE_INPUT_BYTES):
         self.input_bytes = input_bytes
-        self.graphs = {}  # shape key -> {input key: (graph, outputs)}, least recently used first
-        self.seen = {}  # shape key -> {input keys called once}, oldest first
+        # shape key -> {input key: (weak input, graph, outputs)}, least recently used first
+        self.graphs = {}
+        self.seen = {}  # shape key -> {input key: weak input called once}, oldest first
 
     def run(self, shape_key, driver, A):
         key = (A.data_ptr(), tuple(A.stride()))
         graphs = self.graphs.setdefault(shape_key, {})
         entry = graphs.pop(key, None)
+        if entry is not None and entry[0]() is not A:
+            entry = None  # another tensor at a freed one's address: its graph's outputs may be held
         if entry is None:
             seen = self.seen.setdefault(shape_key, {})
-            if seen.pop(key, None) is None:
-                seen[key] = True
+            seen_ref = seen.pop(key, None)
+            if seen_ref is None or seen_ref() is not A:
+                seen[key] = weakref.ref(A)
                 if len(seen) > INPLACE_SEEN_INPUTS:
                     del seen[next(iter(seen))]
                 return driver(A)
-            entry = self.capture(driver, A)
+            entry = (weakref.ref(A), *self.capture(driver, A))
         graphs[key] = entry  # now the most recently used
         self.trim(graphs, A)
-        graph, out = entry
+        _input, graph, out = entry
         graph.replay()
         return out
 

@@ -141,6 +141,18 @@ def test_inplace_graphs_read_the_input_where_it_lies():
     torch.testing.assert_close(H, H_ref) and torch.testing.assert_close(tau, tau_ref)
 
 
+def test_inplace_graphs_keep_the_outputs_of_clones_at_one_address():
+    """The harness checks a case by calling on clones, each freed before the next (which the
+    caching allocator puts at the same address), and checks every output at the end."""
+    settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**9, clone_outputs=False)
+    graphed = route("inplace-test", panel=dict(width=16), strip=dict(bm=32, bn=16), graph=dict(mode="inplace"))
+    inputs = [gpu_matrices(4, 96, seed=s) for s in range(4)]
+    for _ in range(2):
+        outputs = [routing.qr_routed(A.clone(), [graphed], settings) for A in inputs]
+        for A, (H, tau) in zip(inputs, outputs):
+            assert harness_check(A, H, tau) < 0.5
+
+
 @pytest.mark.parametrize("n,width,warps", [(512, 32, 4), (1024, 16, 8), (176, 16, 4), (32, 32, 2), (64, 16, 4)])
 def test_grouped_panel_shuffle_on_gpu(n, width, warps):
     """PanelKnobs.broadcast shuffle: the indexed shuffle assumes the layout Triton gives the

@@ -32,7 +32,7 @@ def test_first_call_eager_second_captures_later_calls_replay(monkeypatch):
     first = graphed.run("k", driver, A)
     assert calls == [A.data_ptr()] and not graphed.graphs["k"], "a tensor called once is never captured"
     second = graphed.run("k", driver, A)
-    (graph, out), = graphed.graphs["k"].values()
+    (_ref, graph, out), = graphed.graphs["k"].values()
     assert graph.replays == 1 and second is out
     A.add_(1)  # refilled in place: the replay reads the tensor where it lies
     third = graphed.run("k", driver, A)
@@ -69,3 +69,30 @@ def test_inplace_routes_graph_what_capture_routes_graph():
 
     A = torch.zeros(2, 64, 64)
     assert not graphs.graph_wanted(route(graph=dict(mode="inplace")), SETTINGS, A), "CPU tensors never"
+
+
+def test_a_new_tensor_at_a_freed_address_never_overwrites_held_outputs(monkeypatch):
+    """The harness's check: outputs = [kernel(d.clone()) for d in data], all checked at the end.
+    Each clone is freed before the next lands at its address; a replay there would rewrite the
+    outputs of the earlier clones the harness still holds. Views of one buffer stand in for
+    clones at one address, each a new tensor object."""
+    monkeypatch.setattr(InputGraphs, "capture", staticmethod(stand_in_capture))
+    graphed, buffer = InputGraphs(), torch.empty(1, 2, 2)
+
+    def at_the_same_address(value):
+        clone = buffer.view(1, 2, 2)
+        clone.fill_(value)
+        return clone
+
+    outs = [graphed.run("k", lambda X: X + 1, at_the_same_address(float(i))) for i in range(4)]
+    assert [o[0, 0, 0].item() for o in outs] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_live_tensor_called_again_replays_its_own_graph(monkeypatch):
+    """The timed loop calls on the same input objects every repetition: those replay."""
+    monkeypatch.setattr(InputGraphs, "capture", staticmethod(stand_in_capture))
+    graphed, A = InputGraphs(), torch.ones(1, 2, 2)
+    for _ in range(4):
+        graphed.run("k", lambda X: X + 1, A)
+    (_ref, graph, _out), = graphed.graphs["k"].values()
+    assert graph.replays == 3
