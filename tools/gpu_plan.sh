@@ -2,7 +2,7 @@
 # The next GPU session's plan (docs/perf-log.md, "Next"), one stage per device call, each
 # well inside a 10-minute call. Run from the repository root on the GPU machine:
 #   bash tools/gpu_plan.sh check      # the bench of every experiment, geqrf and concurrent, then the GPU twins (~9 min)
-#   bash tools/gpu_plan.sh means      # the harness's own means at n >= 1024, champion vs inplace (~6 min)
+#   bash tools/gpu_plan.sh means      # the harness's own means (benchmark mode), champion vs the experiments (~6 min)
 #   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
 # Logs and JSON go under $OUT (the device tool's output folder), else ./gpu-results.
 # Where qrsub is not installed, it installs the checkout itself, editable, as the README's
@@ -25,21 +25,23 @@ export PYTHONUNBUFFERED=1
 # Triton's compiled kernels in an ignored folder of the checkout, which the device keeps between
 # calls to a warm machine: a later stage loads them instead of compiling again.
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
-EXPERIMENTS="variants/champion-shuffle.yaml variants/champion-inplace.yaml variants/champion-overlap.yaml
-    variants/champion-2l64.yaml variants/champion-next.yaml"
+# The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
+# carried to the device): the bench's "before".
+PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
+EXPERIMENTS="variants/champion-inplace.yaml variants/champion-inplace-large.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
 BASELINES="variants/geqrf.yaml variants/champion-concurrent.yaml"
 
 case "${1:-}" in
 check)
-    timeout 450 python3 -m qrsub bench variants/champion.yaml $EXPERIMENTS $BASELINES --budget 300 \
+    timeout 450 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $EXPERIMENTS $BASELINES --budget 300 \
         --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -60
-    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -k "grouped or overlapped or inplace" \
+    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -k "grouped or overlapped or inplace or shuffle" \
         2>&1 | tee "$OUT/gpu-tests.txt" | tail -5
     ;;
 means)
-    for v in variants/champion.yaml variants/champion-inplace.yaml; do
-        timeout 170 python3 -m qrsub test --local "$v" --mode benchmark --cases n=1024,n=2048,n=4096 \
+    for v in variants/champion.yaml $EXPERIMENTS; do
+        timeout 170 python3 -m qrsub test --local "$v" --mode benchmark \
             --json "$OUT/means-$(basename "$v" .yaml).json" 2>&1 | tail -12
     done
     ;;
