@@ -11,7 +11,6 @@ One module per stage, each with its plain-torch reference in `naive.py`:
 - `strip`      the fused trailing update C <- C - V (T^T (V^T C))
 - `wy`         a two-level block's T from its inner T: the torch merge, or one Triton launch
 - `tproduct`   the far update's small T^T W on tensor cores in a split precision
-- `overlap`    the blocked driver's overlapped schedule: one half's panel beside the other half's strip
 - `blocked`    drivers: single-level, two-level and cooperative two-level blocked QR
 - `graphs`     CUDA graphs: one per input shape, or concurrent batch groups (opt-in)
 - `routing`    a route per (n, batch), and the public entry `qr_routed`

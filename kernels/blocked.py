@@ -20,7 +20,6 @@ import contextlib
 import torch
 
 from .coop import coop_panel
-from .overlap import panel_and_strip
 from .panel import householder_panel, padded_width
 from .scratch import scratch
 from .strip import trailing_strip
@@ -60,35 +59,16 @@ def run_stage(stage):
 
 def qr_blocked(A: torch.Tensor, route):
     """Single-level blocked QR: for each panel of route.panel.width columns, the panel, then
-    one trailing strip over every column right of it. With PanelKnobs.overlap (a batch of 2 or
-    more, more than one panel) the batch runs as two halves one stage apart (run_overlapped)."""
+    one trailing strip over every column right of it."""
     batch, n, _ = A.shape
     BB = padded_width(min(route.panel.width, n))
     H = torch.empty_like(A)
     tau = torch.empty(batch, n, dtype=A.dtype, device=A.device)
     T = scratch("T", (batch, BB, BB), A.dtype, A.device)
     V = scratch("V", (batch, n, BB), A.dtype, A.device)
-    if route.panel.overlap and batch >= 2 and n > route.panel.width:
-        half = (batch + 1) // 2
-        run_overlapped(*(blocked_stages(*(t[lo:hi] for t in (A, H, tau, T, V)), route)
-                         for lo, hi in ((0, half), (half, batch))))
-    else:
-        for stage in blocked_stages(A, H, tau, T, V, route):
-            run_stage(stage)
+    for stage in blocked_stages(A, H, tau, T, V, route):
+        run_stage(stage)
     return H, tau
-
-
-def run_overlapped(leading, trailing):
-    """Two halves' stage lists, the trailing half one launch behind: each launch pairs one half's
-    panel with the other's strip (overlap.py), in one kernel; the first and last run alone."""
-    trailing = [None] + trailing
-    for step in range(len(trailing)):
-        stages = [s for s in (leading[step] if step < len(leading) else None, trailing[step]) if s]
-        if len(stages) == 1:
-            run_stage(stages[0])
-        else:  # the halves alternate stages, so one is a panel and the other a strip
-            (_, panel), (_, strip) = sorted(stages, key=lambda stage: stage[0] != "panel")
-            panel_and_strip(panel, strip)
 
 
 @contextlib.contextmanager

@@ -340,12 +340,11 @@ def pick_warps(rule, rows: int) -> int:
 
 def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None):
     """(arguments, compile-time constants, num_warps) of panel_program for columns [j, j+bw) of
-    every matrix, by parameter name: householder_panel launches them as they are, the
-    overlapped launch (overlap.py) beside a strip's. PanelKnobs.broadcast shuffle takes the
-    grouped program where its layout holds: a full-width panel in one row tile whose rows
-    start 16-byte aligned (n and j multiples of 16) and that holds at least 4 values a
-    thread, so that Triton loads 4 columns a thread (ptxas and the TTGIR for sm_90 show
-    that layout at every such shape we compiled; a tile of 2 values a thread splits a
+    every matrix, by parameter name, as householder_panel launches them. PanelKnobs.broadcast
+    shuffle takes the grouped program where its layout holds: a full-width panel in one row
+    tile whose rows start 16-byte aligned (n and j multiples of 16) and that holds at least 4
+    values a thread, so that Triton loads 4 columns a thread (ptxas and the TTGIR for sm_90
+    show that layout at every such shape we compiled; a tile of 2 values a thread splits a
     group over 2 lanes). Elsewhere the panel sums: the factors are the same either way."""
     n = dst.shape[1]
     L = n - j

@@ -156,9 +156,6 @@ class PanelKnobs:
                                                   "sum (a reduction over the column groups) or shuffle (one "
                                                   "indexed shuffle: the panel held as column groups of 4, "
                                                   "where its rows are 16-byte aligned; GPU only)")
-    overlap: bool = knob(False, Flag(), "blocked driver: the batch in two halves one step apart, each launch "
-                                        "factoring one half's panel beside the other half's trailing strip "
-                                        "(one kernel, the panel's num_warps; overlap.py)")
 
 
 @dataclass(frozen=True)
@@ -280,12 +277,6 @@ def route_problems(driver: str, sections: dict) -> list:
         out.append((("strip", "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least strip.bm "
                     f"({strip.bm}): each split is a whole number of row tiles"))
     panel, twolevel = sections["panel"], sections["twolevel"]
-    if panel.overlap is True and driver != "blocked":
-        out.append((("panel", "overlap"), f"got true with driver {driver}; allowed: false, or true with driver "
-                    "blocked (the overlapped schedule is the single-level one)"))
-    elif panel.overlap is True and not value_problems(strip) and strip.split_rows:
-        out.append((("panel", "overlap"), f"got true with strip.split_rows {strip.split_rows}; allowed: false, "
-                    "or true with strip.split_rows 0 (an overlapped strip runs as one launch)"))
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))
     if driver not in TWO_LEVEL_DRIVERS:

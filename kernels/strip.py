@@ -148,7 +148,7 @@ def strip_columns(strip, ncols: int) -> int:
 def strip_launch(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row_off=None, v_col_off=0):
     """(arguments, compile-time constants, num_warps, column tiles) of strip_program for rows
     [row0, n) x columns [col0, col0+ncols), by parameter name: trailing_strip launches them
-    as they are, the overlapped launch (overlap.py) beside a panel's."""
+    as they are, or split_strip with the rows split over programs."""
     n = dst.shape[1]
     BN = strip_columns(strip, ncols)
     args = dict(src_ptr=src, dst_ptr=dst, v_ptr=V, t_ptr=T, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,

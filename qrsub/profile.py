@@ -72,8 +72,6 @@ GROUPS: tuple[KernelGroup, ...] = (
                 kernels=("coop_panel_kernel",)),
     KernelGroup("strip", "the trailing update by a panel's reflectors (kernels/strip.py)",
                 kernels=("trailing_strip_kernel", "project_split_kernel", "apply_split_kernel")),
-    KernelGroup("panel + strip", "one half's panel beside the other half's strip, in one launch "
-                "(kernels/overlap.py, panel.overlap)", kernels=("panel_and_strip_kernel",)),
     KernelGroup("block T", "a two-level block's T in one launch (kernels/wy.py, twolevel.block_t: kernel)",
                 kernels=("block_t_kernel",)),
     KernelGroup("Gram", "a two-level block's Y^T Y on tensor cores (kernels/wy.py, twolevel.gram)",

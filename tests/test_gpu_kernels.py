@@ -111,19 +111,6 @@ def test_gram_kernel_on_gpu(gram):
     assert float((G.double() - ref).abs().max() / ref.abs().max()) < 1e-5
 
 
-@pytest.mark.parametrize("n,width", [(520, 32), (200, 16)])
-def test_overlapped_schedule_on_gpu(n, width):
-    # The fused launch compiles both programs into one kernel; they must still give the plain
-    # schedule's answer (the CPU test checks bit equality on the interpreter).
-    A = gpu_matrices(5, n)
-    knobs = dict(width=width, num_warps=4, unroll=4)
-    H0, tau0 = DRIVERS["blocked"](A, route(panel=knobs, strip=dict(bm=16, bn=64, num_stages=4)))
-    H1, tau1 = DRIVERS["blocked"](A, route(panel=dict(knobs, overlap=True), strip=dict(bm=16, bn=64, num_stages=4)))
-    torch.testing.assert_close(H1, H0, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(tau1, tau0, atol=1e-6, rtol=1e-5)
-    assert harness_check(A, H1, tau1) < 0.5
-
-
 def test_inplace_graphs_read_the_input_where_it_lies():
     """graph.mode inplace: no copy in or out, so a replay must see the input as it is now, and
     each input tensor must keep outputs of its own."""

@@ -31,7 +31,6 @@ EXPECTED_GROUPS = {
     "trailing_strip_kernel": "strip",
     "project_split_kernel": "strip",
     "apply_split_kernel": "strip",
-    "panel_and_strip_kernel": "panel + strip",
     "block_t_kernel": "block T",
     "gram_kernel": "Gram",
     TF32_GEMM: "GEMM tf32",
