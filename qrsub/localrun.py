@@ -16,7 +16,8 @@ Public API:
         child's environment. ON_STAGE(stage_result) is called as each stage
         ends, ON_COMPILE(compile_result) after the compile pass,
         ON_STAGE_START(mode, indices, skipped) before each stage (skipped:
-        (index, spec) pairs over max_n). CPU=None probes for a GPU; True/False
+        (index, spec) pairs over max_n), ON_CASE(CaseEvent) as each case
+        finishes, while the stage still runs. CPU=None probes for a GPU; True/False
         forces it. MAX_REPEATS caps the benchmark repetitions (a local-only
         knob; the service does not cap). Raises HarnessError for a bad
         selection, a missing file or a task.yml without a timeout.
@@ -34,6 +35,9 @@ Public API:
         (those cases).
     Coverage: stage, total (the stage's cases in task.yml), ran, over_max_n;
         unselected (left out by the `--cases` selector).
+    CaseEvent: mode, index (as in task.yml), spec (dict), fields (the report's
+        keys for the case: status, message or error; runs, mean, ... in ns),
+        seconds (wall time since the case started).
 
     has_gpu() -> bool                    whether torch sees a CUDA device
     timeout_message(seconds, cpu) -> str what a case cut off by the timeout reports;
@@ -49,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -231,24 +236,77 @@ def _compile_pass(run_dir: Path, env: dict, timeout: float) -> CompileResult:
     return CompileResult(True)
 
 
-def _read_pipe(fd: int, sink: list) -> None:
+@dataclass
+class CaseEvent:
+    """One case finished, as the report tells it while the stage still runs."""
+
+    mode: str
+    index: int       # as in task.yml
+    spec: dict
+    fields: dict     # the report's keys for the case: status, message, error; runs, mean, ... (ns)
+    seconds: float   # wall time since its spec line
+
+    @property
+    def passed(self) -> bool:
+        return "error" not in self.fields and self.fields.get("status", "pass") == "pass"
+
+
+class CaseEvents:
+    """Reads the report line by line (eval.py flushes each) and calls ON_CASE as each case ends:
+    a long GPU run shows its progress, and a run killed from outside has printed what it did."""
+
+    # The report's last key for a case: test and profile end with message or error, a timing
+    # with worst (runs, mean, std, err, best, worst), a failed timing with error.
+    LAST_FIELDS = ("message", "error", "worst")
+
+    def __init__(self, mode: str, specs: list, indices: list, on_case: Callable[[CaseEvent], None]):
+        self.mode, self.specs, self.indices, self.on_case = mode, specs, indices, on_case
+        self.fields, self.started = {}, time.monotonic()
+
+    def line(self, text: str) -> None:
+        key, _, value = text.partition(": ")
+        parts = key.split(".")
+        if len(parts) != 3 or not parts[1].isdigit():
+            return
+        local, name = int(parts[1]), parts[2]
+        if name == "spec":
+            self.fields, self.started = {}, time.monotonic()
+            return
+        self.fields[name] = value
+        if name in self.LAST_FIELDS and local < len(self.indices):
+            self.on_case(CaseEvent(self.mode, self.indices[local], self.specs[local], dict(self.fields),
+                                   time.monotonic() - self.started))
+
+
+def _read_pipe(fd: int, sink: list, on_line, failures: list) -> None:
     with os.fdopen(fd, "rb") as f:
-        sink.append(f.read())
+        for raw in f:
+            sink.append(raw)
+            if on_line and not failures:
+                try:
+                    on_line(raw.decode(errors="replace").rstrip("\n"))
+                except Exception as exc:  # raised after the stage: the pipe must keep draining
+                    failures.append(exc)
 
 
-def _run_eval(run_dir: Path, mode: str, env: dict, timeout: float) -> tuple[str, int | None, str, bool]:
+def _run_eval(run_dir: Path, mode: str, env: dict, timeout: float,
+              on_line: Callable[[str], None] | None = None) -> tuple[str, int | None, str, bool]:
     """`python eval.py MODE cases.txt` with the POPCORN_FD pipe; returns (report text, code, output, timed out).
+    ON_LINE gets each report line as it arrives.
 
     The output is eval.py's and its worker's stdout and stderr, whole: a submission's fallback lines are in it."""
     read_fd, write_fd = os.pipe()
     chunks: list[bytes] = []
-    reader = threading.Thread(target=_read_pipe, args=(read_fd, chunks), daemon=True)
+    failures: list[Exception] = []
+    reader = threading.Thread(target=_read_pipe, args=(read_fd, chunks, on_line, failures), daemon=True)
     reader.start()
     log = run_dir / f"{mode}.log"
     env = dict(env, POPCORN_FD=str(write_fd))
     code, timed_out = _run([sys.executable, "eval.py", mode, "cases.txt"], run_dir, env,
                            timeout, log, pass_fds=(write_fd,))
     reader.join(timeout=10)
+    if failures:
+        raise failures[0]
     return b"".join(chunks).decode(errors="replace"), code, _read_log(log), timed_out
 
 
@@ -308,6 +366,7 @@ def run_local(submission: str | Path, mode: str = "test", *, cases: str | None =
               on_stage: Callable[[StageResult], None] | None = None,
               on_compile: Callable[[CompileResult], None] | None = None,
               on_stage_start: Callable[[str, list, list], None] | None = None,
+              on_case: Callable[[CaseEvent], None] | None = None,
               cpu: bool | None = None, max_repeats: int | None = None) -> LocalRun:
     """Run SUBMISSION through the harness in MODE; see the module docstring."""
     if mode not in STAGES:
@@ -331,7 +390,7 @@ def run_local(submission: str | Path, mode: str = "test", *, cases: str | None =
             on_compile(result.compile)
         for stage_mode in STAGES[mode]:
             stage = _run_stage(run_dir, task, stage_mode, cases, max_n, env, timeout, result,
-                               on_stage_start)
+                               on_stage_start, on_case)
             if stage is None:
                 break
             result.stages.append(stage)
@@ -346,7 +405,7 @@ def run_local(submission: str | Path, mode: str = "test", *, cases: str | None =
 
 
 def _run_stage(run_dir: Path, task: dict, mode: str, selector, max_n, env, timeout,
-               result: LocalRun, on_start=None) -> StageResult | None:
+               result: LocalRun, on_start=None, on_case=None) -> StageResult | None:
     specs, picked, skipped = _pick(task, mode, selector, max_n)
     result.skipped.extend((mode, i, spec) for i, spec in skipped)
     total = 1 if mode == "profile" else len(specs)
@@ -360,5 +419,6 @@ def _run_stage(run_dir: Path, task: dict, mode: str, selector, max_n, env, timeo
         on_start(mode, picked, skipped)
     (run_dir / "cases.txt").write_text("".join(_format_case(specs[i]) + "\n" for i in picked))
     limit = _stage_timeout(task, mode, timeout)
-    text, code, output, timed_out = _run_eval(run_dir, mode, env, limit)
+    events = CaseEvents(mode, [specs[i] for i in picked], picked, on_case) if on_case else None
+    text, code, output, timed_out = _run_eval(run_dir, mode, env, limit, events.line if events else None)
     return _stage_result(mode, text, code, output, timed_out, limit, picked, specs, result.cpu)

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from qrsub.cli import main
 from qrsub.cli.test import verdict
 from qrsub.harness import HARNESS_FILES, HarnessError, default_harness, select_cases
-from qrsub.localrun import CPU_MAX_N, Coverage, LocalRun, StageResult, timeout_message
+from qrsub.localrun import CPU_MAX_N, CaseEvents, Coverage, LocalRun, StageResult, timeout_message
 from qrsub.report import CaseResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harness"
@@ -53,6 +53,8 @@ def test_starter_passes_with_json_and_keep(harness, tmp_path):
     assert "no GPU: running on the CPU" in out and "TRITON_INTERPRET=1" in out
     assert "POPCORN_SEED=" in out
     assert "qr_v2 test (2 cases)" in out and "verdict: pass" in out and out.endswith("PASS (test: 2 of 2 cases)")
+    progress = out.split("qr_v2 test")[0]  # each case's line comes as it ends, before the table
+    assert "test 0 2x8: pass (" in progress and "test 1 2x16: pass (" in progress
     assert "FAIL" not in out
     data = json.loads(out_json.read_text())
     assert data["passed"] is True and data["cpu"] is True and isinstance(data["seed"], int)
@@ -76,6 +78,7 @@ def test_leaderboard_mode_runs_three_stages_and_max_n_skips(harness):
     for stage in ("qr_v2 test (1 cases)", "qr_v2 benchmark (1 cases)", "qr_v2 leaderboard (1 cases)"):
         assert stage in out
     assert "mean CPU us" in out and "geomean (CPU timings):" in out
+    assert "benchmark 0 2x8: pass, mean " in out and "leaderboard 0 2x8: pass, mean " in out
     assert "test: running 1 case(s); skipped (n > 8): #1 (2x16)" in out
     assert out.endswith("PASS (test: 1 of 2 cases, 1 need a GPU; benchmark: 1 of 1 cases; "
                         "leaderboard: 1 of 1 cases)")
@@ -94,6 +97,7 @@ def test_leaderboard_mode_stops_after_failing_tests(harness):
     assert code == 1
     assert "qr_v2 test (2 cases)" in out and "benchmark" not in out.split("qr_v2 test")[1]
     assert "case 1: R - Q.T @ A is too large: matrix=" in out
+    assert "test 0 2x8: pass (" in out and "test 1 2x16: fail (" in out
     assert out.endswith("FAIL (test: 2 of 2 cases)")  # the ranked run stopped there
 
 
@@ -272,3 +276,20 @@ def test_select_cases(selector, expected):
 def test_select_cases_rejects_bad_tokens(selector):
     with pytest.raises(HarnessError, match="--cases"):
         select_cases(SPECS, selector)
+
+
+def test_case_events_come_as_each_case_ends():
+    """The report's lines become one event per finished case, indexed as in task.yml."""
+    events = []
+    reader = CaseEvents("benchmark", [{"batch": 2, "n": 8}, {"batch": 4, "n": 16}], [3, 5], events.append)
+    lines = ["benchmark-count: 2", "benchmark.0.spec: batch: 2; n: 8",
+             *(f"benchmark.0.{key}: 1000.0" for key in ("runs", "mean", "std", "err", "best")),
+             "benchmark.0.worst: 2000.0", "benchmark.1.spec: batch: 4; n: 16",
+             "benchmark.1.status: fail", "benchmark.1.error: boom", "check: fail"]
+    for line in lines[:7]:
+        reader.line(line)
+    assert events == [], "a timing ends at its worst line"
+    for line in lines[7:]:
+        reader.line(line)
+    assert [(e.index, e.passed) for e in events] == [(3, True), (5, False)]
+    assert events[0].fields["mean"] == "1000.0" and events[1].fields == {"status": "fail", "error": "boom"}
