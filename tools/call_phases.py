@@ -1,0 +1,87 @@
+"""Wall time of each phase of the harness's benchmark loop, per benchmark case, for one variant.
+
+The harness (benchmark and leaderboard modes) calls a submission on clones of a case's inputs
+first, then repetition after repetition on the inputs themselves. A variant whose first calls
+cost more than its later ones (graph.mode inplace: a tensor's first call runs eagerly, its
+second captures a graph) pays that inside the timed loop, where `qrsub bench`'s medians hide
+it and the harness's means keep it. This prints, per case, the wall time of the check phase
+and of the first repetitions, each a whole pass over the case's inputs, synchronized:
+
+    python tools/call_phases.py variants/champion-inplace.yaml [--cases 0-6] [--repeats 4]
+
+A GPU tool: on the CPU the kernels run through Triton's interpreter and the times say nothing.
+"""
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from qrsub.bench.timer import load_submission
+from qrsub.harness import cases_for, harness_on_path, load_task, select_cases
+from qrsub.task.eval import input_count
+
+
+def build(variant: str, out: Path) -> Path:
+    """A .py is used as it is; a variant is built with `qrsub build` first."""
+    if variant.endswith(".py"):
+        return Path(variant)
+    subprocess.run([sys.executable, "-m", "qrsub", "build", variant, "-o", str(out)], check=True)
+    return out
+
+
+def case_inputs(generate_input, spec: dict) -> list:
+    """The case's inputs as the harness builds them: the seed bumped by 42 before each."""
+    seed, inputs = spec["seed"], []
+    for _ in range(input_count(spec["batch"], spec["n"])):
+        seed += 42
+        inputs.append(generate_input(spec["batch"], spec["n"], spec["cond"], seed, spec.get("case", "dense")))
+    return inputs
+
+
+def timed_ms(calls) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    calls()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1000
+
+
+def phases(kernel, inputs: list, repeats: int) -> list:
+    """[check phase ms, repetition 1 ms, ...]: the check calls on clones, as the harness does."""
+    out = [timed_ms(lambda: [kernel(x.clone()) for x in inputs])]
+    for _ in range(repeats):
+        out.append(timed_ms(lambda: [kernel(x) for x in inputs]))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("variant", help="a variants/*.yaml file or a built submission .py")
+    parser.add_argument("--cases", default=None, help="benchmark cases, as qrsub test --cases (default: all)")
+    parser.add_argument("--repeats", type=int, default=4, help="repetitions after the check phase")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("tools/call_phases.py times GPU calls and needs a CUDA GPU: on the CPU the kernels run "
+                 "through Triton's interpreter, and their times say nothing")
+    with tempfile.TemporaryDirectory() as tmp:  # the built file stays while its kernels run
+        module = load_submission(build(args.variant, Path(tmp) / "submission.py"), "_call_phases")
+        harness_on_path()
+        from reference import generate_input
+
+        specs = cases_for(load_task(), "benchmark")
+        print(f"{args.variant}: wall ms of a whole pass over each case's inputs: the check on clones, "
+              f"then {args.repeats} repetitions")
+        for i in select_cases(specs, args.cases):
+            spec = specs[i]
+            inputs = case_inputs(generate_input, spec)
+            times = phases(module.custom_kernel, inputs, args.repeats)
+            cells = "  ".join(f"{t:10.1f}" for t in times)
+            print(f"{i:2d} {spec['batch']}x{spec['n']} ({len(inputs)} inputs): {cells}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
