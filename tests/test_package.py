@@ -49,6 +49,16 @@ def test_the_command_line_starts_without_torch():
     assert output_of(code, ROOT) == "[]"
 
 
+def test_python_m_qrsub_in_a_checkout_never_installed_says_how_to_install():
+    """-S keeps site-packages, and with it any install, out: the checkout's qrsub/ folder is all
+    there is, as on a machine where the checkout was copied and never installed."""
+    done = subprocess.run([sys.executable, "-S", "-m", "qrsub", "build", "champion"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "qrsub is not installed" in done.stderr and f"pip install -e {ROOT}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_the_wheel_holds_exactly_the_code_folders(tmp_path):
     """Built from a copy of the whole checkout (tests/ and docs/ included), with the build backend only."""
     src = tmp_path / "src"
