@@ -29,7 +29,7 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
-EXPERIMENTS="variants/champion-inplace.yaml variants/champion-inplace-large.yaml"
+EXPERIMENTS="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
 BASELINES="variants/geqrf.yaml variants/champion-concurrent.yaml"
 
