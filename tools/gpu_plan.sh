@@ -2,17 +2,18 @@
 # The next GPU session's plan (docs/perf-log.md, "Next"), one stage per device call, each
 # well inside a 10-minute call. Run from the repository root on the GPU machine:
 #   bash tools/gpu_plan.sh check      # the bench of every experiment, geqrf and concurrent, then the GPU twins (~9 min)
-#   bash tools/gpu_plan.sh means      # the harness's own means (benchmark mode), champion vs the experiments (~6 min)
-#   bash tools/gpu_plan.sh phases     # wall time of the harness loop's first calls, champion vs inplace (~4 min)
+#   bash tools/gpu_plan.sh means      # the harness's own means (benchmark mode), champion vs inplace, one case a route (~5 min)
+#   bash tools/gpu_plan.sh decide     # the first calls' wall times (tools/call_phases.py), then means (~9 min cold)
 #   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
+#   bash tools/gpu_plan.sh profile V  # qrsub profile of variant V, every benchmark case (~2 min)
 # Logs and JSON go under $OUT (the device tool's output folder), else ./gpu-results.
 # Where qrsub is not installed, it installs the checkout itself, editable, as the README's
 # offline install does.
 set -u
 case "${1:-}" in
-check|means|phases) ;;
-seeds) [ -n "${2:-}" ] || { echo "seeds needs a variant: bash tools/gpu_plan.sh seeds variants/NAME.yaml" >&2; exit 2; } ;;
-*) sed -n '2,10p' "$0"; exit 2 ;;
+check|means|decide) ;;
+seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
+*) sed -n '2,11p' "$0"; exit 2 ;;
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
@@ -40,20 +41,27 @@ check)
     timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -k "grouped or inplace or shuffle" \
         2>&1 | tee "$OUT/gpu-tests.txt" | tail -5
     ;;
-means)
+means|decide)
+    if [ "$1" = decide ]; then
+        # Where graph.mode inplace spends its first calls in the harness's loop (this session's
+        # harness runs of champion-inplace did not finish 6 cases in 110 and 150 s; the champion,
+        # compiling from cold, did in 110).
+        for v in variants/champion.yaml $EXPERIMENTS; do
+            timeout 120 python3 tools/call_phases.py "$v" --cases 0,1,2,4,5,6 2>&1 \
+                | tee "$OUT/phases-$(basename "$v" .yaml).txt"
+        done
+    fi
     # qrsub's own --timeout, not timeout(1): a stage cut off still reports the cases it finished,
-    # and each case's line is printed (and logged) as it ends.
+    # and each case's line is printed (and logged) as it ends. One case a graphed route: 640x512
+    # runs eagerly in every variant (over graph_max_numel).
     for v in variants/champion.yaml $EXPERIMENTS; do
-        python3 -m qrsub test --local "$v" --mode benchmark --timeout 160 \
+        python3 -m qrsub test --local "$v" --mode benchmark --cases 0,1,2,4,5,6 --timeout 150 \
             --json "$OUT/means-$(basename "$v" .yaml).json" 2>&1 | tee "$OUT/means-$(basename "$v" .yaml).txt" | tail -30
     done
     ;;
-phases)
-    # Where graph.mode inplace spends its first calls in the harness's loop (the sixth session's
-    # harness run of champion-inplace did not finish 6 cases in 150 s; the champion, cold, did in 110).
-    for v in variants/champion.yaml variants/champion-inplace.yaml; do
-        timeout 200 python3 tools/call_phases.py "$v" 2>&1 | tee "$OUT/phases-$(basename "$v" .yaml).txt"
-    done
+profile)
+    timeout 200 python3 -m qrsub profile "$2" --json "$OUT/profile-$(basename "$2" .yaml).json" \
+        2>&1 | tee "$OUT/profile.txt" | tail -80
     ;;
 seeds)
     for seed in "" 1 2 3 4 5; do
