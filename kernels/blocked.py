@@ -31,6 +31,14 @@ def qr_geqrf(A: torch.Tensor, route):
     return torch.geqrf(A)
 
 
+def new_outputs(A: torch.Tensor):
+    """(H, tau) for the batch A, uninitialized: views of one buffer, H first, so that a graph's
+    outputs are copied out in one launch (graphs.copied_out)."""
+    batch, n, _ = A.shape
+    flat = torch.empty(batch * n * n + batch * n, dtype=A.dtype, device=A.device)
+    return flat[:batch * n * n].view(batch, n, n), flat[batch * n * n:].view(batch, n)
+
+
 def blocked_stages(A, H, tau, T, V, route):
     """qr_blocked's launches on these matrices, in order: ("panel", householder_panel's keywords)
     and ("strip", trailing_strip's keywords) for each panel of route.panel.width columns."""
@@ -62,8 +70,7 @@ def qr_blocked(A: torch.Tensor, route):
     one trailing strip over every column right of it."""
     batch, n, _ = A.shape
     BB = padded_width(min(route.panel.width, n))
-    H = torch.empty_like(A)
-    tau = torch.empty(batch, n, dtype=A.dtype, device=A.device)
+    H, tau = new_outputs(A)
     T = scratch("T", (batch, BB, BB), A.dtype, A.device)
     V = scratch("V", (batch, n, BB), A.dtype, A.device)
     for stage in blocked_stages(A, H, tau, T, V, route):
@@ -154,8 +161,7 @@ def qr_twolevel(A: torch.Tensor, route, panel=None):
     batch, n, _ = A.shape
     O = route.twolevel.outer
     panel = panel or one_program_panel(route)
-    H = torch.empty_like(A)
-    tau = torch.empty(batch, n, dtype=A.dtype, device=A.device)
+    H, tau = new_outputs(A)
     Tb = scratch("Tb", (batch, O, O), A.dtype, A.device)
     Vb = scratch("Vb", (batch, n, O), A.dtype, A.device)
     for J in range(0, n, O):

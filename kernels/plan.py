@@ -245,6 +245,9 @@ class Settings:
     graph_max_numel: int = knob(100_000_000, IntRange(0), "graphs only for inputs with at most this many elements")
     clone_outputs: bool = knob(True, Flag(), "clone outputs out of a graph.mode capture route's buffers "
                                              "(the harness keeps several alive)")
+    packed_outputs: bool = knob(True, Flag(), "clone H and tau out of a graph.mode capture route's buffers in "
+                                              "one copy (the drivers put them in one buffer): a launch less a "
+                                              "call; false: one copy each")
 
 
 # Section name -> its knob group; the order of the variant files.

@@ -82,7 +82,7 @@ def run_graphed(route, settings, driver, A):
         return _GROUP_GRAPHS.run(key, driver, A, route.graph.groups)
     if route.graph.mode == "inplace":
         return _INPUT_GRAPHS.run(key, driver, A)
-    return _GRAPHS.run(key, driver, A, settings.clone_outputs)
+    return _GRAPHS.run(key, driver, A, settings.clone_outputs, settings.packed_outputs)
 
 
 def qr_routed(A: torch.Tensor, routes, settings):

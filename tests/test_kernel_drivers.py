@@ -19,6 +19,7 @@ def test_driver_matches_geqrf_and_passes_the_gate(driver, n):
     before = A.clone()
     H, tau = DRIVERS[driver](A, knobs)
     assert torch.equal(A, before), "drivers must not write to their input"
+    assert H._base is not None and tau._base is H._base, "H and tau in one buffer (graphs.copied_out)"
     H_ref, tau_ref = torch.geqrf(A.double().cpu())
     torch.testing.assert_close(H.double().cpu(), H_ref, atol=1e-4, rtol=1e-3)
     torch.testing.assert_close(tau.double().cpu(), tau_ref, atol=1e-4, rtol=1e-3)

@@ -30,7 +30,10 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
-EXPERIMENTS="variants/champion-inplace.yaml"
+# graph.mode inplace (decided on the harness's means: stages decide and means) and the
+# baseline that decides settings.packed_outputs (the bench decides it).
+INPLACE="variants/champion-inplace.yaml"
+EXPERIMENTS="$INPLACE variants/champion-copy-each.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
 BASELINES="variants/geqrf.yaml variants/champion-concurrent.yaml"
 
@@ -46,7 +49,7 @@ means|decide)
         # Where graph.mode inplace spends its first calls in the harness's loop (this session's
         # harness runs of champion-inplace did not finish 6 cases in 110 and 150 s; the champion,
         # compiling from cold, did in 110).
-        for v in variants/champion.yaml $EXPERIMENTS; do
+        for v in variants/champion.yaml $INPLACE; do
             timeout 120 python3 tools/call_phases.py "$v" --cases 0,1,2,4,5,6 2>&1 \
                 | tee "$OUT/phases-$(basename "$v" .yaml).txt"
         done
@@ -54,7 +57,7 @@ means|decide)
     # qrsub's own --timeout, not timeout(1): a stage cut off still reports the cases it finished,
     # and each case's line is printed (and logged) as it ends. One case a graphed route: 640x512
     # runs eagerly in every variant (over graph_max_numel).
-    for v in variants/champion.yaml $EXPERIMENTS; do
+    for v in variants/champion.yaml $INPLACE; do
         python3 -m qrsub test --local "$v" --mode benchmark --cases 0,1,2,4,5,6 --timeout 150 \
             --json "$OUT/means-$(basename "$v" .yaml).json" 2>&1 | tee "$OUT/means-$(basename "$v" .yaml).txt" | tail -30
     done
