@@ -5,7 +5,8 @@ first, then repetition after repetition on the inputs themselves. A variant whos
 cost more than its later ones (graph.mode inplace: a tensor's first call runs eagerly, its
 second captures a graph) pays that inside the timed loop, where `qrsub bench`'s medians hide
 it and the harness's means keep it. This prints, per case, the wall time of the check phase
-and of the first repetitions, each a whole pass over the case's inputs, synchronized:
+and of the first repetitions, each a whole pass over the case's inputs, synchronized, and
+what a harness run's mean would be once the one-off cost is spread over its repetitions:
 
     python tools/call_phases.py variants/champion-inplace.yaml [--cases 0-6] [--repeats 4]
 
@@ -58,6 +59,16 @@ def phases(kernel, inputs: list, repeats: int) -> list:
     return out
 
 
+def projected_means_us(times: list, count: int, repetitions=(200, 1000)) -> tuple:
+    """(steady us a call, {R: mean us a call over R repetitions}) from phases()'s times: the
+    last repetition is taken as steady, and what the earlier ones cost beyond it is a one-off
+    that a harness run of R repetitions spreads over its R * count calls (benchmark mode stops
+    at 200 repetitions, the ranked leaderboard mode at 1000)."""
+    steady = times[-1]
+    one_off = sum(t - steady for t in times[1:-1])
+    return steady * 1000 / count, {r: (steady + one_off / r) * 1000 / count for r in repetitions}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("variant", help="a variants/*.yaml file or a built submission .py")
@@ -80,7 +91,10 @@ def main() -> None:
             inputs = case_inputs(generate_input, spec)
             times = phases(module.custom_kernel, inputs, args.repeats)
             cells = "  ".join(f"{t:10.1f}" for t in times)
-            print(f"{i:2d} {spec['batch']}x{spec['n']} ({len(inputs)} inputs): {cells}", flush=True)
+            steady, means = projected_means_us(times, len(inputs))
+            projected = ", ".join(f"{r} reps {m:,.1f}" for r, m in means.items())
+            print(f"{i:2d} {spec['batch']}x{spec['n']} ({len(inputs)} inputs): {cells}  |  us a call: "
+                  f"steady {steady:,.1f}; mean over {projected}", flush=True)
 
 
 if __name__ == "__main__":
