@@ -74,15 +74,18 @@ def test_drivers_pass_the_gate_on_gpu(driver, n, knobs, prec):
     assert margin < 0.5, f"factor residual at {margin:.2f} of the gate"
 
 
-def test_graph_replays_return_independent_outputs():
-    """The harness keeps several outputs alive: each replay's result must be its own tensor."""
-    settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**9, clone_outputs=True)
+@pytest.mark.parametrize("packed", [True, False])
+def test_graph_replays_return_independent_outputs(packed):
+    """The harness keeps several outputs alive: each replay's result must be its own tensor,
+    cloned out in one copy (packed_outputs) or one copy each."""
+    settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**9, clone_outputs=True, packed_outputs=packed)
     graphed = route("graph-test", panel=dict(width=16), strip=dict(bm=32, bn=16), graph=dict(mode="capture"))
     inputs = [gpu_matrices(4, 96, seed=s) for s in range(4)]
     outputs = [routing.qr_routed(A, [graphed], settings) for A in inputs]
     for A, (H, tau) in zip(inputs, outputs):
         harness_check(A, H, tau)
     assert outputs[1][0].data_ptr() != outputs[2][0].data_ptr()
+    assert outputs[1][1].data_ptr() != outputs[2][1].data_ptr()
 
 
 @pytest.mark.parametrize("prec", ["tf32", "tf32x3"])

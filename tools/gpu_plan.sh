@@ -43,7 +43,7 @@ case "${1:-}" in
 check)
     timeout 450 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $EXPERIMENTS $BASELINES --budget 300 \
         --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -60
-    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -k "grouped or inplace or shuffle" \
+    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -k "grouped or inplace or shuffle or graph_replays" \
         2>&1 | tee "$OUT/gpu-tests.txt" | tail -5
     ;;
 means|decide)
