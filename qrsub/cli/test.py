@@ -16,7 +16,11 @@ HELP = f"""Run SUBMISSION (default {DEFAULT_SUBMISSION}) through the qr_v2 harne
 
 The harness files are laid beside the submission in a fresh directory and
 `eval.py` runs exactly as on the service (POPCORN_FD report, POPCORN_SEED,
-task.yml's timeouts). A variant .yaml is built first.
+task.yml's timeouts). A variant .yaml is built first. Each case prints a line as
+it ends (pass or fail, its mean in the timed modes, its wall time), and each
+stage a table when it ends: a run stopped from outside has shown what it did.
+--timeout (per stage) rather than an outer `timeout` keeps the stage's finished
+cases in the table and the --json file.
 
 Without a GPU the Triton kernels run on the CPU, through Triton's interpreter
 (TRITON_INTERPRET=1). It runs the same kernels, checked by the same harness,
