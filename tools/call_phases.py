@@ -23,7 +23,7 @@ import torch
 
 from qrsub.bench.timer import load_submission
 from qrsub.harness import cases_for, harness_on_path, load_task, select_cases
-from qrsub.task.eval import input_count
+from qrsub.task.eval import _inputs as harness_inputs  # the harness's own list: its count and seeds
 
 
 def build(variant: str, out: Path) -> Path:
@@ -32,15 +32,6 @@ def build(variant: str, out: Path) -> Path:
         return Path(variant)
     subprocess.run([sys.executable, "-m", "qrsub", "build", variant, "-o", str(out)], check=True)
     return out
-
-
-def case_inputs(generate_input, spec: dict) -> list:
-    """The case's inputs as the harness builds them: the seed bumped by 42 before each."""
-    seed, inputs = spec["seed"], []
-    for _ in range(input_count(spec["batch"], spec["n"])):
-        seed += 42
-        inputs.append(generate_input(spec["batch"], spec["n"], spec["cond"], seed, spec.get("case", "dense")))
-    return inputs
 
 
 def timed_ms(calls) -> float:
@@ -81,14 +72,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:  # the built file stays while its kernels run
         module = load_submission(build(args.variant, Path(tmp) / "submission.py"), "_call_phases")
         harness_on_path()
-        from reference import generate_input
-
         specs = cases_for(load_task(), "benchmark")
         print(f"{args.variant}: wall ms of a whole pass over each case's inputs: the check on clones, "
               f"then {args.repeats} repetitions")
         for i in select_cases(specs, args.cases):
             spec = specs[i]
-            inputs = case_inputs(generate_input, spec)
+            inputs = harness_inputs(spec)
             times = phases(module.custom_kernel, inputs, args.repeats)
             cells = "  ".join(f"{t:10.1f}" for t in times)
             steady, means = projected_means_us(times, len(inputs))
