@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-from call_phases import projected_means_us  # noqa: E402
+from call_phases import projected_means_us, ranked_wall_s  # noqa: E402
 
 
 def test_one_off_repetitions_are_spread_over_the_runs_calls():
@@ -18,3 +18,8 @@ def test_one_off_repetitions_are_spread_over_the_runs_calls():
 def test_a_variant_without_one_off_costs_projects_its_steady_time():
     steady, means = projected_means_us([9.0, 2.0, 2.0, 2.0], count=2, repetitions=(200,))
     assert steady == means[200] == 1000.0
+
+
+def test_a_ranked_case_runs_every_repetition_with_its_recheck_up_to_the_wall_limit():
+    assert ranked_wall_s(20.0, 30.0) == 50.0  # 1000 x 50 ms
+    assert ranked_wall_s(100.0, 100.0) == 120.0  # the harness stops a case at 120 s

@@ -6,7 +6,9 @@ cost more than its later ones (graph.mode inplace: a tensor's first call runs ea
 second captures a graph) pays that inside the timed loop, where `qrsub bench`'s medians hide
 it and the harness's means keep it. This prints, per case, the wall time of the check phase
 and of the first repetitions, each a whole pass over the case's inputs, synchronized, and
-what a harness run's mean would be once the one-off cost is spread over its repetitions:
+what a harness run's mean would be once the one-off cost is spread over its repetitions,
+and the wall time of the harness's recheck of a repetition's outputs (what a case that runs
+all 1,000 ranked repetitions spends besides its calls, against the ranked run's 900 s):
 
     python tools/call_phases.py variants/champion-inplace.yaml [--cases 0-6] [--repeats 4]
 
@@ -23,6 +25,8 @@ import torch
 
 from qrsub.bench.timer import load_submission
 from qrsub.harness import cases_for, harness_on_path, load_task, select_cases
+from qrsub.task.eval import MAX_WALL_NS
+from qrsub.task.eval import _check_all as harness_check_all  # the recheck after every repetition
 from qrsub.task.eval import _inputs as harness_inputs  # the harness's own list: its count and seeds
 
 
@@ -60,6 +64,13 @@ def projected_means_us(times: list, count: int, repetitions=(200, 1000)) -> tupl
     return steady * 1000 / count, {r: (steady + one_off / r) * 1000 / count for r in repetitions}
 
 
+def ranked_wall_s(steady_ms: float, recheck_ms: float, repetitions: int = 1000) -> float:
+    """Seconds a ranked (leaderboard-mode) case takes when its standard error never drops under
+    0.1% (a variant whose one-off calls sit in its timed loop): every repetition, each followed
+    by the recheck, up to the harness's per-case wall limit."""
+    return min(repetitions * (steady_ms + recheck_ms) / 1000, MAX_WALL_NS / 1e9)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("variant", help="a variants/*.yaml file or a built submission .py")
@@ -79,11 +90,14 @@ def main() -> None:
             spec = specs[i]
             inputs = harness_inputs(spec)
             times = phases(module.custom_kernel, inputs, args.repeats)
+            outputs = [module.custom_kernel(x) for x in inputs]
+            recheck = timed_ms(lambda: harness_check_all(inputs, outputs))
             cells = "  ".join(f"{t:10.1f}" for t in times)
             steady, means = projected_means_us(times, len(inputs))
             projected = ", ".join(f"{r} reps {m:,.1f}" for r, m in means.items())
             print(f"{i:2d} {spec['batch']}x{spec['n']} ({len(inputs)} inputs): {cells}  |  us a call: "
-                  f"steady {steady:,.1f}; mean over {projected}", flush=True)
+                  f"steady {steady:,.1f}; mean over {projected}  |  recheck {recheck:,.1f} ms; 1000 reps "
+                  f"with rechecks {ranked_wall_s(times[-1], recheck):,.0f} s", flush=True)
 
 
 if __name__ == "__main__":

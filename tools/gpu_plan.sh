@@ -31,11 +31,13 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # graph.mode inplace everywhere (its call phases give each route's one-off cost), on the routes
-# where it should pay (decided on the harness's means), and the baseline that decides
-# settings.packed_outputs (the bench decides it).
+# where it should pay (decided on the harness's means), the baseline that decides
+# settings.packed_outputs, and strips that hold C in registers (strip.resident_rows) on the
+# mid and large routes (the bench decides them).
 INPLACE="variants/champion-inplace.yaml"
 INPLACE_SMALL="variants/champion-inplace-small.yaml"
-EXPERIMENTS="$INPLACE_SMALL $INPLACE variants/champion-copy-each.yaml"
+EXPERIMENTS="variants/champion-resident.yaml variants/champion-resident-large.yaml $INPLACE_SMALL $INPLACE
+    variants/champion-copy-each.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
 BASELINES="variants/geqrf.yaml variants/champion-concurrent.yaml"
 
@@ -43,7 +45,8 @@ case "${1:-}" in
 check)
     timeout 450 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $EXPERIMENTS $BASELINES --budget 300 \
         --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -60
-    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -k "grouped or inplace or shuffle or graph_replays" \
+    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
+        -k "grouped or inplace or shuffle or graph_replays or strip_tf32 or (drivers_pass and blocked)" \
         2>&1 | tee "$OUT/gpu-tests.txt" | tail -5
     ;;
 means|decide)
