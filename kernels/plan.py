@@ -166,9 +166,6 @@ class StripKnobs:
     num_warps: int = knob(2, Pow2(1, 16), "strip num_warps")
     split_rows: int = knob(0, Pow2(16, 8192, zero_is_off=True), "rows per program when a strip's rows are "
                                                                "split over programs (taller strips only); 0: off")
-    resident_rows: int = knob(0, Pow2(16, 1024, zero_is_off=True), "strips of at most this many rows keep their "
-                                                                  "column block in registers: C read once, not "
-                                                                  "twice; 0: off")
 
 
 @dataclass(frozen=True)

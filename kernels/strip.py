@@ -7,11 +7,6 @@ writes C - V W. Nothing goes through global memory but C itself.
 When batch x column strips leaves most SMs idle (a batch of 2, a strip inside a
 128-column block), StripKnobs.split_rows splits the rows too: one launch writes
 each row split's partial W, a second sums them and updates its rows.
-
-When a strip has at most StripKnobs.resident_rows rows, its program loads its whole
-column block once and keeps it in registers between the projection and the update:
-C is read once instead of twice (the looped kernel's second pass reads it again,
-from L2 at best), which is what a traffic-bound strip (640x512) pays for.
 """
 import torch
 import triton
@@ -99,47 +94,6 @@ def strip_program(
 
 
 @triton.jit
-def resident_strip_kernel(
-    src_ptr, dst_ptr, v_ptr, t_ptr,
-    n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld,
-    BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, CHUNKS: tl.constexpr,
-    PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr,
-):
-    """Grid: (cdiv(ncols, BN), batch). Program (s, i) owns what strip_program(s, i) owns (the
-    same arguments), but keeps its rows in registers between the two passes: the projection
-    loads C as CHUNKS tiles of BM rows and holds them (the loops are unrolled at compile
-    time), and the update subtracts V W from the held tiles, so C crosses memory once each
-    way. V is read twice, as in the looped kernel (it is small and shared by the strip's
-    programs). Invariants: CHUNKS * BM >= L; BB, BM, BN powers of two >= 16."""
-    s = tl.program_id(0)
-    pid = tl.program_id(1).to(tl.int64)
-    cn = s * BN + tl.arange(0, BN)
-    cb = tl.arange(0, BB)
-    rl = tl.arange(0, BM)
-    src, dst, vb = block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
-    # One tile of offsets for every chunk, which moves by a scalar: offsets per chunk would all
-    # stay live between the two passes and cost more registers than the held C itself.
-    c_tile = rl[:, None] * n + cn[None, :]
-    v_tile = rl[:, None] * v_ld + cb[None, :]
-    in_cols = cn[None, :] < ncols
-    held = ()
-    W = tl.zeros((BB, BN), dtype=tl.float32)
-    for k in tl.static_range(CHUNKS):
-        live = rl[:, None] < L - k * BM
-        v = tl.load(vb + k * BM * v_ld + v_tile, mask=live, other=0.0).to(tl.float32)
-        c = tl.load(src + k * BM * n + c_tile, mask=live & in_cols, other=0.0)
-        W = dot_prec(tl.trans(v), c, W, PROJECT)
-        held = held + (c,)
-    T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
-    W = dot_prec(tl.trans(T), W, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
-    for k in tl.static_range(CHUNKS):
-        live = rl[:, None] < L - k * BM
-        v = tl.load(vb + k * BM * v_ld + v_tile, mask=live, other=0.0).to(tl.float32)
-        c = held[k] - dot_prec(v, W, tl.zeros((BM, BN), dtype=tl.float32), APPLY)
-        tl.store(dst + k * BM * n + c_tile, c, mask=live & in_cols)
-
-
-@triton.jit
 def project_split_kernel(
     src_ptr, v_ptr, w_ptr, n, L, ncols, c_off, v_row_off, v_col_off, v_ld, rows_per, w_bs, w_ss, w_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr, PROJECT: tl.constexpr,
@@ -216,31 +170,10 @@ def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row
     args, constants, num_warps, col_tiles = strip_launch(src, dst, V, T, row0, col0, ncols, strip=strip,
                                                          precision=precision, v_row_off=v_row_off,
                                                          v_col_off=v_col_off)
-    path = strip_path(strip, args["L"])
-    if path == "split":
+    if strip.split_rows and args["L"] > strip.split_rows:
         split_strip(args, constants, num_warps, col_tiles, strip.split_rows)
-    elif path == "resident":
-        resident = {k: v for k, v in constants.items() if k != "NUM_STAGES"}
-        resident_strip_kernel[(col_tiles, dst.shape[0])](**args, **resident, CHUNKS=resident_chunks(strip, args["L"]),
-                                                         num_warps=num_warps)
-    else:
-        trailing_strip_kernel[(col_tiles, dst.shape[0])](**args, **constants, num_warps=num_warps)
-
-
-def strip_path(strip, rows: int) -> str:
-    """Which kernel a strip of `rows` rows runs: "resident" (at most strip.resident_rows rows, held
-    in registers), "split" (more than strip.split_rows rows, split over programs), or "loop"."""
-    if strip.resident_rows and rows <= strip.resident_rows:
-        return "resident"
-    if strip.split_rows and rows > strip.split_rows:
-        return "split"
-    return "loop"
-
-
-def resident_chunks(strip, rows: int) -> int:
-    """CHUNKS of resident_strip_kernel: enough tiles of strip.bm rows to cover `rows`, rounded up
-    to a power of two (one compiled kernel per power, not per strip height)."""
-    return triton.next_power_of_2(triton.cdiv(rows, strip.bm))
+        return
+    trailing_strip_kernel[(col_tiles, dst.shape[0])](**args, **constants, num_warps=num_warps)
 
 
 def split_strip(args, constants, num_warps, col_tiles, rows_per):

@@ -76,7 +76,7 @@ def reflectors(L, bw, BB, seed=0):
     return Vp, Tp
 
 
-def strip_error(prec, n, j, bw, split_rows=0, resident_rows=0):
+def strip_error(prec, n, j, bw, split_rows=0):
     """Largest relative error of the strip over the batch, and the inputs and output."""
     batch, BB = 2, 16
     g = torch.Generator().manual_seed(1)
@@ -89,8 +89,7 @@ def strip_error(prec, n, j, bw, split_rows=0, resident_rows=0):
     A, V, T = A.to(DEVICE), V.to(DEVICE), T.to(DEVICE)
     out = A.clone()
     c0 = j + bw
-    trailing_strip(A, out, V, T, j, c0, n - c0, strip=plan.StripKnobs(bm=16, bn=16, num_stages=2, num_warps=4, split_rows=split_rows,
-                                                                resident_rows=resident_rows),
+    trailing_strip(A, out, V, T, j, c0, n - c0, strip=plan.StripKnobs(bm=16, bn=16, num_stages=2, num_warps=4, split_rows=split_rows),
                    precision=plan.PrecisionKnobs(project=prec, tcontract=prec, apply=prec))
     errors = []
     for i in range(batch):

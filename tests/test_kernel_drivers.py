@@ -36,21 +36,6 @@ def test_split_precision_drivers_pass_the_gate(prec):
     harness_check(A, H, tau)
 
 
-@pytest.mark.parametrize("driver", ["blocked", "twolevel"])
-def test_resident_strips_factor_like_looped_ones(driver):
-    """strip.resident_rows 32: a 40x40's first strips (33-40 rows) loop, the later ones
-    are held in registers (special_matrices: zero, rank-deficient and graded columns)."""
-    A = special_matrices(40)
-    looped = route(driver=driver, panel=dict(width=16 if driver != "blocked" else 8), strip=dict(bm=16, bn=16))
-    resident = route(driver=driver, panel=dict(width=16 if driver != "blocked" else 8),
-                     strip=dict(bm=16, bn=16, resident_rows=32))
-    H, tau = DRIVERS[driver](A, resident)
-    H_loop, tau_loop = DRIVERS[driver](A, looped)
-    torch.testing.assert_close(H, H_loop, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(tau, tau_loop, atol=1e-5, rtol=1e-4)
-    assert harness_check(A, H, tau) < 0.5
-
-
 def test_geqrf_driver_is_torch_geqrf():
     A = special_matrices(6)
     H, tau = DRIVERS["geqrf"](A, route(driver="geqrf"))
