@@ -357,7 +357,10 @@ def test_variations_differ_from_the_champion_only_where_they_say():
         return diff_variants(champion, load_variant(VARIANTS / name))
 
     nograph = diff("champion-nograph.yaml")
-    assert len(nograph) == 6 and all(line.endswith("graph.mode: capture -> off") for line in nograph)
+    assert len(nograph) == 6 and all(line.endswith(("graph.mode: capture -> off", "graph.mode: inplace -> off"))
+                                     for line in nograph)
+    assert diff("champion-capture.yaml") == ["route tiny: graph.mode: inplace -> capture",
+                                             "route large: graph.mode: inplace -> capture"]
     assert diff("champion-outer32-2048.yaml") == ["route huge: twolevel.outer: 128 -> 32"]
     assert diff("champion-tproduct.yaml") == [f"route {r}: twolevel.far_tcontract: fp32 -> tf32x3"
                                               for r in ("huge", "giant")]

@@ -2,7 +2,7 @@
 # The next GPU session's plan (docs/perf-log.md, "Next"), one stage per device call, each
 # well inside a 10-minute call. Run from the repository root on the GPU machine:
 #   bash tools/gpu_plan.sh check      # the bench of every experiment, geqrf and concurrent, then the GPU twins (~9 min)
-#   bash tools/gpu_plan.sh means      # the harness's own means (benchmark mode), champion vs inplace-small, one case a route (~5 min)
+#   bash tools/gpu_plan.sh means      # the harness's own means (benchmark mode), champion vs champion-capture, one case a route (~5 min)
 #   bash tools/gpu_plan.sh decide     # the first calls' wall times (tools/call_phases.py), then means (~9 min cold)
 #   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
 #   bash tools/gpu_plan.sh profile V  # qrsub profile of variant V, every benchmark case (~2 min)
@@ -30,14 +30,10 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
-# graph.mode inplace everywhere (its call phases give each route's one-off cost), on the routes
-# where it should pay (decided on the harness's means), the baseline that decides
-# settings.packed_outputs, and strips that hold C in registers (strip.resident_rows) on the
-# mid and large routes (the bench decides them).
+# graph.mode inplace everywhere (its call phases give each route's one-off cost), and the
+# champion before in-place graphs (capture on every route): the bench's "before".
 INPLACE="variants/champion-inplace.yaml"
-INPLACE_SMALL="variants/champion-inplace-small.yaml"
-EXPERIMENTS="variants/champion-resident.yaml variants/champion-resident-large.yaml $INPLACE_SMALL $INPLACE
-    variants/champion-copy-each.yaml"
+EXPERIMENTS="variants/champion-capture.yaml $INPLACE"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
 BASELINES="variants/geqrf.yaml variants/champion-concurrent.yaml"
 
@@ -65,7 +61,7 @@ means|decide)
     # qrsub's own --timeout, not timeout(1): a stage cut off still reports the cases it finished,
     # and each case's line is printed (and logged) as it ends. One case a graphed route: 640x512
     # runs eagerly in every variant (over graph_max_numel).
-    for v in variants/champion.yaml $INPLACE_SMALL; do
+    for v in variants/champion.yaml variants/champion-capture.yaml; do
         python3 -m qrsub test --local "$v" --mode benchmark --cases 0,1,2,4,5,6 --timeout 150 \
             --json "$OUT/means-$(basename "$v" .yaml).json" 2>&1 | tee "$OUT/means-$(basename "$v" .yaml).txt" | tail -30
     done
