@@ -109,6 +109,15 @@ def _three_calls():
     return prof.device_events(_trace(events))
 
 
+def test_settle_calls_every_profiled_input_twice_before_the_timed_calls():
+    """graph.mode inplace: a tensor's first call runs eagerly and its second captures; the
+    profile times the third."""
+    seen = []
+    xs = [torch.zeros(1), torch.ones(1)]
+    prof.settle(lambda x: seen.append(id(x)), xs)
+    assert seen == [id(xs[0]), id(xs[1])] * 2
+
+
 def test_device_events_keeps_only_gpu_activity():
     events = _three_calls()
     assert len(events) == 18
