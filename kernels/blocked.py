@@ -22,7 +22,7 @@ import torch
 from .coop import coop_panel
 from .panel import householder_panel, padded_width
 from .scratch import scratch
-from .strip import trailing_strip
+from .strip import rank_update, trailing_strip
 from .tproduct import t_product
 from .wy import block_t, wy_merge
 
@@ -96,12 +96,15 @@ def far_update(src, H, Vb, Tb, J, ob, route):
         trailing_strip(src, H, Vb, Tb, J, J + ob, H.shape[1] - J - ob, strip=route.strip,
                        precision=route.precision, v_row_off=J)
     else:
-        far_update_cublas(src, H, Vb[:, J:, :ob], Tb, J, ob, route.twolevel)
+        far_update_cublas(src, H, Vb, Tb, J, ob, route)
 
 
-def far_update_cublas(src, H, Y, Tb, J, ob, twolevel):
+def far_update_cublas(src, H, Vb, Tb, J, ob, route):
     """The far update as three batched cuBLAS GEMMs in twolevel.far_precision, the small T
-    product in twolevel.far_tcontract's."""
+    product in twolevel.far_tcontract's; from A (the first block), the last product by
+    strip.rank_update where twolevel.first_far is direct."""
+    twolevel = route.twolevel
+    Y = Vb[:, J:, :ob]
     C = src[:, J:, J + ob:]
     large_tf32 = twolevel.far_precision == "tf32"
     with matmul_tf32(large_tf32):
@@ -111,11 +114,16 @@ def far_update_cublas(src, H, Y, Tb, J, ob, twolevel):
     else:
         with matmul_tf32(large_tf32 and twolevel.far_tcontract == "tf32"):
             W = torch.bmm(Tb.transpose(1, 2), W)
+    if src is not H and twolevel.first_far == "direct":
+        # ob is the outer block here (a power of two): a far update follows only full blocks
+        rank_update(src, H, Vb, W.contiguous(), J, J + ob, strip=route.strip,
+                    precision="tf32" if large_tf32 else "fp32", v_row_off=J)
+        return
     out = H[:, J:, J + ob:]
     with matmul_tf32(large_tf32):
         if src is H:
             out.baddbmm_(Y, W, alpha=-1.0)
-        else:  # the first block reads A: one product from A into H, no copy of C first
+        else:  # the first block reads A: torch copies C into H, then one product in place
             torch.baddbmm(C, Y, W, alpha=-1.0, out=out)
 
 

@@ -34,6 +34,10 @@ GRAM = ("cublas", "fp16x3", "tf32x3")
 # TwoLevelKnobs.far_update (blocked.py): the columns right of a block through cuBLAS's three
 # batched GEMMs, or through the fused strip kernel with BB = the outer block.
 FAR_UPDATES = ("cublas", "strip")
+# TwoLevelKnobs.first_far (blocked.py): the first block's cuBLAS far update reads A and writes
+# H, so torch first copies A's far columns into H (one strided copy); or the last of its three
+# products, C - Y W, is one Triton launch that reads A and writes H (strip.rank_update).
+FIRST_FAR = ("copy", "direct")
 # TwoLevelKnobs.far_tcontract (blocked.py, tproduct.py): the far update's T product by cuBLAS in
 # tf32 or fp32, or by tproduct.t_product_kernel on tensor cores in tf32x3.
 FAR_TCONTRACTS = ("tf32", "fp32", "tf32x3")
@@ -186,6 +190,10 @@ class TwoLevelKnobs:
                                                              "far update's small T product: tf32 or fp32 "
                                                              "(the margin, at about 6% of its flops) by "
                                                              "cuBLAS, or tf32x3 by a Triton kernel")
+    first_far: str = knob("copy", OneOf(FIRST_FAR), "with far_update cublas, the first block's last product "
+                                                  "(read from A, written to H): copy (A's far columns copied "
+                                                  "into H, then cuBLAS in place) or direct (one Triton "
+                                                  "launch, C - Y W from A into H, in far_precision)")
     far_update: str = knob("cublas", OneOf(FAR_UPDATES), "the far update: cublas (three batched GEMMs, "
                                                          "far_precision) or strip (the fused strip kernel with "
                                                          "BB = outer, the route's strip and precision knobs: C "

@@ -94,6 +94,25 @@ def strip_program(
 
 
 @triton.jit
+def rank_update_kernel(
+    src_ptr, dst_ptr, v_ptr, w_ptr,
+    n, L, ncols, c_off, v_row_off, v_col_off, v_ld, w_bs, w_ld,
+    BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr, APPLY: tl.constexpr,
+):
+    """Grid: (cdiv(ncols, BN), batch). Program (s, i) writes C - V W on columns [s*BN, (s+1)*BN)
+    of matrix i's block (rows [0, L), read from src_ptr, written to dst_ptr, as strip_program's),
+    W given: BB x ncols at w_ptr + i*w_bs, row stride w_ld. The last product of a cuBLAS far
+    update, where C and the result live in different tensors (A and H)."""
+    s = tl.program_id(0)
+    pid = tl.program_id(1).to(tl.int64)
+    cn = s * BN + tl.arange(0, BN)
+    cb = tl.arange(0, BB)
+    W = tl.load(w_ptr + pid * w_bs + cb[:, None] * w_ld + cn[None, :], mask=cn[None, :] < ncols, other=0.0)
+    src, dst, vb = block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
+    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
+
+
+@triton.jit
 def project_split_kernel(
     src_ptr, v_ptr, w_ptr, n, L, ncols, c_off, v_row_off, v_col_off, v_ld, rows_per, w_bs, w_ss, w_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr, PROJECT: tl.constexpr,
@@ -174,6 +193,21 @@ def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row
         split_strip(args, constants, num_warps, col_tiles, strip.split_rows)
         return
     trailing_strip_kernel[(col_tiles, dst.shape[0])](**args, **constants, num_warps=num_warps)
+
+
+def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off: int):
+    """dst[:, row0:, col0:] = src[:, row0:, col0:] - Y W in `precision` (a PRECISIONS name), with
+    Y = V[:, v_row_off:, :BB] (BB = W.shape[1], a power of two >= 16) and W contiguous, batch x
+    BB x (n - col0): C is read from src and written to dst, no copy of it first. Tiles from
+    `strip` (StripKnobs: bm, bn, num_stages, num_warps)."""
+    n = dst.shape[1]
+    ncols = n - col0
+    BN = strip_columns(strip, ncols)
+    grid = (triton.cdiv(ncols, BN), dst.shape[0])
+    rank_update_kernel[grid](src, dst, V, W, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
+                             v_row_off=v_row_off, v_col_off=0, v_ld=V.shape[2], w_bs=W.stride(0), w_ld=W.stride(1),
+                             BB=W.shape[1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages, APPLY=precision,
+                             num_warps=strip.num_warps)
 
 
 def split_strip(args, constants, num_warps, col_tiles, rows_per):

@@ -54,6 +54,9 @@ def test_cooperative_panel_with_several_programs(programs, exchange, unroll):
                             twolevel=dict(outer=128, far_precision="tf32", block_t="kernel", gram="fp16x3"))),
     ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
                             twolevel=dict(outer=128, far_precision="tf32", far_tcontract="fp32"))),
+    # the first far update's last product from A into H by one Triton launch, in tf32
+    ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
+                            twolevel=dict(outer=128, far_precision="tf32", far_tcontract="fp32", first_far="direct"))),
     ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
                             twolevel=dict(outer=128, far_precision="tf32", far_tcontract="tf32x3"))),
     ("coop", 1600, dict(panel=dict(width=32, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),

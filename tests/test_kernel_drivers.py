@@ -97,7 +97,7 @@ def test_far_update_runs_its_t_product_in_its_own_precision(monkeypatch, far_tco
     Y = torch.randn(2, 40, 32, device=A.device)
     Tb = torch.randn(2, 32, 32, device=A.device)
     H = torch.empty_like(A)
-    knobs = route(driver="twolevel", twolevel=dict(far_precision="tf32", far_tcontract=far_tcontract)).twolevel
+    knobs = route(driver="twolevel", twolevel=dict(far_precision="tf32", far_tcontract=far_tcontract))
     callers_choice = torch.backends.cuda.matmul.allow_tf32
     blocked.far_update_cublas(A, H, Y, Tb, 0, 32, knobs)
     assert seen == [((32, 40), True)] + ([] if t_in_tf32 is None else [((32, 32), t_in_tf32)])
@@ -118,6 +118,21 @@ def test_strip_far_update_gives_the_cublas_result(n, outer):
     torch.testing.assert_close(H_strip, H, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(tau_strip, tau, atol=1e-5, rtol=1e-4)
     assert harness_check(A, H_strip, tau_strip) < 0.5
+
+
+@pytest.mark.parametrize("n,outer", [(70, 32), (64, 32)])
+def test_a_direct_first_far_update_gives_the_copying_result(n, outer):
+    """twolevel.first_far direct: the first block's C - Y W by strip.rank_update, from A into
+    H (n = 70: a partial column tile and a ragged last block). fp32 throughout on the CPU."""
+    A = special_matrices(n, batch=3)
+    before = A.clone()
+    knobs = dict(driver="twolevel", panel=dict(width=16), strip=dict(bm=16, bn=16))
+    H, tau = DRIVERS["twolevel"](A, route(**knobs, twolevel=dict(outer=outer)))
+    H_direct, tau_direct = DRIVERS["twolevel"](A, route(**knobs, twolevel=dict(outer=outer, first_far="direct")))
+    assert torch.equal(A, before), "the direct update reads A and writes H only"
+    torch.testing.assert_close(H_direct, H, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(tau_direct, tau, atol=1e-5, rtol=1e-4)
+    assert harness_check(A, H_direct, tau_direct) < 0.5
 
 
 def test_a_strip_far_update_refuses_a_cublas_precision():
