@@ -4,7 +4,7 @@
 names are plan.PRECISIONS, the values of the PrecisionKnobs):
 
 - "fp32"     no tensor cores (IEEE fp32 FMA), exact to fp32 rounding
-- "tf32"     one tf32 pass (10-bit mantissa inputs)
+- "tf32"     one tf32 pass (10-bit mantissa inputs, rounded to nearest first: round_tf32)
 - "tf32x3"   Triton's three-pass tf32 split, close to fp32
 - "fp16x3"   x = hi + lo with hi = fp16(x), lo = fp16(x - hi): Ah Bh + Ah Bl + Al Bh
 - "fp16x2lo" Ah Bh + Ah Bl (drops A's low part: for A whose entries fp16 holds well, e.g. V)
@@ -26,6 +26,20 @@ def split_fp16(x):
 
 
 @triton.jit
+def round_tf32(x):
+    """x (fp32) rounded to the nearest tf32 value (10 mantissa bits, ties to even), still fp32.
+
+    tl.dot's tf32 hands fp32 registers to the tensor cores, which drop the low 13 bits: a
+    truncation, biased toward zero, whose errors add up along K instead of cancelling.
+    cuBLAS rounds; on the H200 a Triton tf32 far update without this took 4x1024 mixed from
+    8.4 to 11.4 of the gate's 20 (docs/perf-log.md, eighth session). Finite inputs only.
+    """
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def dot_prec(a, b, acc, PREC: tl.constexpr):
     """acc + a @ b in the precision PREC (a constexpr string; see the module docstring).
 
@@ -34,7 +48,7 @@ def dot_prec(a, b, acc, PREC: tl.constexpr):
     if PREC == "fp32":
         acc = tl.dot(a, b, acc, input_precision="ieee")
     elif PREC == "tf32":
-        acc = tl.dot(a, b, acc, input_precision="tf32")
+        acc = tl.dot(round_tf32(a), round_tf32(b), acc, input_precision="tf32")
     elif PREC == "tf32x3":
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
     elif PREC == "fp16x3":

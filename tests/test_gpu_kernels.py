@@ -164,3 +164,27 @@ def test_grouped_panel_shuffle_on_gpu(n, width, warps):
     assert panel_launch(A, A, tau, T, V, 0, width, knobs=knobs)[1]["SHUFFLE"], "the shuffle ran"
     for got, want in zip(outs["shuffle"], outs["sum"]):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_triton_tf32_rounds_like_cublas():
+    """strip.rank_update in tf32 (dot_prec rounds its operands to tf32 first) against cuBLAS's
+    tf32 baddbmm on the same C - Y W: no larger error against float64, where truncating
+    inputs, as tl.dot's tf32 does alone, gave the far update a larger residual."""
+    from qrsub.kernels.blocked import matmul_tf32
+    from qrsub.kernels.strip import rank_update
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    batch, n, K, col0 = 4, 512, 128, 128
+    A = torch.randn(batch, n, n, device="cuda", generator=g)
+    V = torch.randn(batch, n, K, device="cuda", generator=g) / K ** 0.5
+    W = torch.randn(batch, K, n - col0, device="cuda", generator=g)
+    exact = A[:, :, col0:].double() - V.double() @ W.double()
+    H = torch.zeros_like(A)
+    rank_update(A, H, V, W, 0, col0, strip=plan.StripKnobs(bm=64, bn=32, num_stages=3, num_warps=4),
+                precision="tf32", v_row_off=0)
+    with matmul_tf32(True):
+        cublas = torch.baddbmm(A[:, :, col0:], V, W, alpha=-1.0)
+    triton_err = (H[:, :, col0:].double() - exact).norm() / exact.norm()
+    cublas_err = (cublas.double() - exact).norm() / exact.norm()
+    assert triton_err < 1.25 * cublas_err, f"Triton tf32 {triton_err:.3e} against cuBLAS tf32 {cublas_err:.3e}"
+    assert triton_err > 1e-6, "a tf32 product is not fp32-exact: the tf32 path really ran"
