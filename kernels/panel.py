@@ -375,4 +375,11 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_o
     """
     args, constants, num_warps = panel_launch(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off,
                                               v_row_off=v_row_off)
-    householder_panel_kernel[(dst.shape[0],)](**args, **constants, num_warps=num_warps)
+    householder_panel_kernel[(dst.shape[0],)](**args, **constants, num_warps=num_warps,
+                                               **register_cap(knobs.max_registers))
+
+
+def register_cap(max_registers: int) -> dict:
+    """The launch option that caps a kernel's registers per thread (PanelKnobs.max_registers),
+    or none where the knob leaves it to the compiler."""
+    return {"maxnreg": max_registers} if max_registers else {}

@@ -160,6 +160,9 @@ class PanelKnobs:
                                                   "sum (a reduction over the column groups) or shuffle (one "
                                                   "indexed shuffle: the panel held as column groups of 4, "
                                                   "where its rows are 16-byte aligned; GPU only)")
+    max_registers: int = knob(0, IntRange(0, 255), "registers per thread the panel may use (ptxas maxnreg; "
+                                                   "it spills the rest), so that more programs share an "
+                                                   "SM; 0: the compiler's choice (up to 255)")
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,9 @@ def test_cooperative_panel_with_several_programs(programs, exchange, unroll):
     ("blocked", 520, dict(panel=dict(width=32, num_warps=((256, 4), (None, 8))), strip=dict(bm=32, bn=64))),
     ("blocked", 352, dict(panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=32))),
     ("blocked", 520, dict(panel=dict(width=32, row_tiles=2, unroll=4), strip=dict(bm=32, bn=64))),
+    # the panel capped at 168 registers (it spills; champion-panelregs)
+    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", max_registers=168),
+                          strip=dict(bm=16, bn=64))),
     ("twolevel", 520, dict(panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=64),
                            twolevel=dict(outer=32, far_update="strip", block_t="kernel", gram="fp16x3"))),
     ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),

@@ -87,3 +87,21 @@ def test_two_row_tiles_only_where_they_hold_fewer_rows():
     assert row_tiles_of(48, 2, 32) == (32, 16)
     assert row_tiles_of(48, 2, 64) == (64, 0)     # the first tile must hold the BB diagonal rows
 
+
+
+def test_a_register_cap_is_a_launch_option_only_when_set():
+    from qrsub.kernels.panel import register_cap
+
+    assert register_cap(0) == {} and register_cap(168) == {"maxnreg": 168}
+
+
+def test_a_capped_panel_factors_like_an_uncapped_one():
+    """panel.max_registers reaches the launch (the interpreter takes the option and ignores it;
+    the GPU twin caps for real)."""
+    A = special_matrices(40, batch=2)
+    results = []
+    for cap in (0, 168):
+        dst, tau = A.clone(), torch.zeros(2, 40, device=A.device)
+        householder_panel(dst, dst, tau, None, None, 0, 16, knobs=PanelKnobs(width=16, max_registers=cap))
+        results.append((dst, tau))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])

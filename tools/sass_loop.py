@@ -7,6 +7,7 @@ integer argument is (true of the benchmark shapes' panels).
 
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped   # broadcast shuffle
+    python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --maxnreg 168
 
 Prints registers, spill stack, and per backward branch (a loop) its instruction count and
 the most common opcodes. Used for docs/perf-log.md's instruction counts.
@@ -27,7 +28,7 @@ from qrsub.kernels import panel
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 
-def compile_panel(BL, BB, warps, unroll, grouped):
+def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0):
     fn = panel.householder_panel_kernel
     constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=0, UNROLL=unroll,
                      GROUPED=grouped, SHUFFLE=grouped)
@@ -35,7 +36,8 @@ def compile_panel(BL, BB, warps, unroll, grouped):
                  for a in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a not in constants}
     source = ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    options = {"num_warps": warps, **panel.register_cap(maxnreg)}
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def tool(name, cubin, *flags):
@@ -65,8 +67,9 @@ def main():
     parser.add_argument("--warps", type=int, default=4)
     parser.add_argument("--unroll", type=int, default=4)
     parser.add_argument("--grouped", action="store_true", help="the grouped panel with its indexed shuffle")
+    parser.add_argument("--maxnreg", type=int, default=0, help="cap registers a thread (panel.max_registers)")
     args = parser.parse_args()
-    kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped)
+    kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg)
     cubin = kernel.asm["cubin"]
     print(" ".join(re.findall(r"(REG:\d+|STACK:\d+)", tool("cuobjdump", cubin, "--dump-resource-usage"))))
     for count, ops in loop_bodies(tool("cuobjdump", cubin, "-sass")):
