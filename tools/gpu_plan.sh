@@ -6,6 +6,8 @@
 #   bash tools/gpu_plan.sh decide     # the first calls' wall times (tools/call_phases.py), then means (~9 min cold)
 #   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
 #   bash tools/gpu_plan.sh profile V  # qrsub profile of variant V, every benchmark case (~2 min)
+#   bash tools/gpu_plan.sh ranked V SEL  # the service's ranked run (test, benchmark, leaderboard stages)
+#                                        # of variant V on cases SEL, e.g. 0-5 then 6-11 (~5 min each)
 # Logs and JSON go under $OUT (the device tool's output folder), else ./gpu-results.
 # Where qrsub is not installed, it installs the checkout itself, editable, as the README's
 # offline install does.
@@ -13,7 +15,8 @@ set -u
 case "${1:-}" in
 check|means|decide) ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
-*) sed -n '2,11p' "$0"; exit 2 ;;
+ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
+*) sed -n '2,13p' "$0"; exit 2 ;;
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
@@ -72,6 +75,12 @@ means|decide)
 profile)
     timeout 200 python3 -m qrsub profile "$2" --json "$OUT/profile-$(basename "$2" .yaml).json" \
         2>&1 | tee "$OUT/profile.txt" | tail -80
+    ;;
+ranked)
+    # Each case's ranked mean and wall seconds: an in-place case runs every ranked repetition
+    # (its one-off calls keep the error above the stop), each with a recheck, up to 120 s.
+    python3 -m qrsub test --local "$2" --mode leaderboard --cases "$3" --timeout 290 \
+        --json "$OUT/ranked-$(basename "$2" .yaml)-$3.json" 2>&1 | tee "$OUT/ranked-$3.txt" | tail -40
     ;;
 seeds)
     for seed in "" 1 2 3 4 5; do
