@@ -97,6 +97,9 @@ class StageResult:
     timeout_s: float | None = None
     fallbacks: list = field(default_factory=list)
     cpu: bool = False
+    wall_s: float = 0.0                      # the stage's eval.py, start to end
+    service_limit_s: float | None = None     # task.yml's limit for the stage on the service
+    total_cases: int = 0                     # the stage's cases in task.yml, run here or not
 
     @property
     def passed(self) -> bool:
@@ -420,5 +423,29 @@ def _run_stage(run_dir: Path, task: dict, mode: str, selector, max_n, env, timeo
     (run_dir / "cases.txt").write_text("".join(_format_case(specs[i]) + "\n" for i in picked))
     limit = _stage_timeout(task, mode, timeout)
     events = CaseEvents(mode, [specs[i] for i in picked], picked, on_case) if on_case else None
+    started = time.monotonic()
     text, code, output, timed_out = _run_eval(run_dir, mode, env, limit, events.line if events else None)
-    return _stage_result(mode, text, code, output, timed_out, limit, picked, specs, result.cpu)
+    stage = _stage_result(mode, text, code, output, timed_out, limit, picked, specs, result.cpu)
+    stage.wall_s = time.monotonic() - started
+    stage.service_limit_s = _service_limit(task, mode)
+    stage.total_cases = total
+    return stage
+
+
+def _service_limit(task: dict, mode: str) -> float | None:
+    """task.yml's timeout for the stage, which the service applies whatever --timeout says here."""
+    try:
+        return stage_timeout(task, mode)
+    except HarnessError:
+        return None
+
+
+def stage_time_note(stage: StageResult) -> str:
+    """The stage's wall time beside the service's limit for it, e.g. for the ranked stage, whose
+    cases may each run every repetition (with a recheck) for up to 120 s."""
+    line = f"{stage.mode} stage: {stage.wall_s:,.0f} s"
+    if stage.service_limit_s:
+        line += f" of the {stage.service_limit_s:,.0f} s the service allows it"
+    if len(stage.cases) < stage.total_cases:
+        line += f" ({len(stage.cases)} of its {stage.total_cases} cases ran here)"
+    return line

@@ -1,5 +1,6 @@
 """`qrsub test --local` end to end: the starter passes, broken submissions get one clear line."""
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -61,6 +62,8 @@ def test_starter_passes_with_json_and_keep(harness, tmp_path):
     assert data["coverage"] == [{"stage": "test", "total": 2, "ran": 2, "over_max_n": 0, "unselected": 0}]
     [stage] = data["stages"]
     assert [c["status"] for c in stage["cases"]] == ["pass", "pass"]
+    assert stage["service_limit_s"] == 60 and 0 < stage["wall_s"] < 60
+    assert re.search(r"test stage: \d+ s of the 60 s the service allows it", out)
     assert all(0 <= c["factor_margin"] < 1 for c in stage["cases"])
     run_dir = Path(out.split("run directory: ")[1].split()[0])
     try:
@@ -80,6 +83,8 @@ def test_leaderboard_mode_runs_three_stages_and_max_n_skips(harness):
     assert "mean CPU us" in out and "geomean (CPU timings):" in out
     assert "benchmark 0 2x8: pass, mean " in out and "leaderboard 0 2x8: pass, mean " in out
     assert "test: running 1 case(s); skipped (n > 8): #1 (2x16)" in out
+    assert re.search(r"test stage: \d+ s of the 60 s the service allows it \(1 of its 2 cases ran here\)", out)
+    assert re.search(r"leaderboard stage: \d+ s of the 60 s the service allows it", out)
     assert out.endswith("PASS (test: 1 of 2 cases, 1 need a GPU; benchmark: 1 of 1 cases; "
                         "leaderboard: 1 of 1 cases)")
 

@@ -95,7 +95,8 @@ def _json_payload(run, submission: Path, passed: bool) -> dict:
         "skipped": [{"stage": m, "index": i, "spec": s} for m, i, s in run.skipped],
         "coverage": [dict(vars(c), unselected=c.unselected) for c in run.coverage],
         "stages": [report_to_json(st.cases, st.mode, exit_code=st.exit_code,
-                                  timed_out=st.timed_out, cpu_timings=run.cpu)
+                                  timed_out=st.timed_out, cpu_timings=run.cpu, wall_s=round(st.wall_s, 1),
+                                  service_limit_s=st.service_limit_s)
                    for st in run.stages],
     }
 
@@ -133,7 +134,7 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
 
     from qrsub.files import write_atomic
     from qrsub.harness import HarnessError
-    from qrsub.localrun import has_gpu, run_local
+    from qrsub.localrun import has_gpu, run_local, stage_time_note
     from qrsub.report import render_cases
 
     if not local:
@@ -166,7 +167,7 @@ def test(submission, local, mode, selector, seed_text, harness, timeout, max_n, 
         console.print(_case_line(event), highlight=False)
 
     def show_stage(stage) -> None:
-        notes = [stage.timeout_message] if stage.timed_out else []
+        notes = ([stage.timeout_message] if stage.timed_out else []) + [stage_time_note(stage)]
         render_cases(stage.cases, stage.mode, console=console, cpu_timings=cpu,
                      title=f"qr_v2 {stage.mode} ({len(stage.cases)} cases)",
                      verdict_text="pass" if stage.passed else "unfinished" if _unfinished(stage) else "fail",
