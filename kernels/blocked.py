@@ -21,6 +21,7 @@ import torch
 
 from .coop import coop_panel
 from .panel import householder_panel, padded_width
+from .precision import rounded_tf32
 from .scratch import scratch
 from .strip import rank_update, trailing_strip
 from .tproduct import t_product
@@ -102,7 +103,7 @@ def far_update(src, H, Vb, Tb, J, ob, route):
 def far_update_cublas(src, H, Vb, Tb, J, ob, route):
     """The far update as three batched cuBLAS GEMMs in twolevel.far_precision, the small T
     product in twolevel.far_tcontract's; from A (the first block), the last product by
-    strip.rank_update where twolevel.first_far is direct."""
+    strip.rank_update where twolevel.first_far says so (first_direct)."""
     twolevel = route.twolevel
     Y = Vb[:, J:, :ob]
     C = src[:, J:, J + ob:]
@@ -114,10 +115,8 @@ def far_update_cublas(src, H, Vb, Tb, J, ob, route):
     else:
         with matmul_tf32(large_tf32 and twolevel.far_tcontract == "tf32"):
             W = torch.bmm(Tb.transpose(1, 2), W)
-    if src is not H and twolevel.first_far == "direct":
-        # ob is the outer block here (a power of two): a far update follows only full blocks
-        rank_update(src, H, Vb, W.contiguous(), J, J + ob, strip=route.strip,
-                    precision="tf32" if large_tf32 else "fp32", v_row_off=J)
+    if src is not H and twolevel.first_far != "copy":
+        first_direct(src, H, Vb, W.contiguous(), J, ob, route)
         return
     out = H[:, J:, J + ob:]
     with matmul_tf32(large_tf32):
@@ -125,6 +124,20 @@ def far_update_cublas(src, H, Vb, Tb, J, ob, route):
             out.baddbmm_(Y, W, alpha=-1.0)
         else:  # the first block reads A: torch copies C into H, then one product in place
             torch.baddbmm(C, Y, W, alpha=-1.0, out=out)
+
+
+def first_direct(src, H, Vb, W, J, ob, route):
+    """The first block's C - Y W from A (src) into H in one Triton launch: in fp32, or in tf32
+    with the operands rounded to nearest (as cuBLAS does) inside the launch (first_far direct)
+    or by a launch each before it (direct_rounded: Y copied, W rounded in place)."""
+    precision = "tf32" if route.twolevel.far_precision == "tf32" else "fp32"
+    V = Vb
+    if precision == "tf32" and route.twolevel.first_far == "direct_rounded":
+        # J = 0 and ob = outer here (the first block, full), so Vb[:, J:, :ob] is all of Vb
+        V = rounded_tf32(Vb, scratch("Y_tf32", tuple(Vb.shape), Vb.dtype, Vb.device))
+        rounded_tf32(W, W)
+        precision = "tf32_exact"
+    rank_update(src, H, V, W, J, J + ob, strip=route.strip, precision=precision, v_row_off=J)
 
 
 def one_program_panel(route):

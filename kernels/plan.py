@@ -36,8 +36,9 @@ GRAM = ("cublas", "fp16x3", "tf32x3")
 FAR_UPDATES = ("cublas", "strip")
 # TwoLevelKnobs.first_far (blocked.py): the first block's cuBLAS far update reads A and writes
 # H, so torch first copies A's far columns into H (one strided copy); or the last of its three
-# products, C - Y W, is one Triton launch that reads A and writes H (strip.rank_update).
-FIRST_FAR = ("copy", "direct")
+# products, C - Y W, is one Triton launch that reads A and writes H (strip.rank_update), its
+# tf32 operands rounded in the kernel (direct) or by a launch before it (direct_rounded).
+FIRST_FAR = ("copy", "direct", "direct_rounded")
 # TwoLevelKnobs.far_tcontract (blocked.py, tproduct.py): the far update's T product by cuBLAS in
 # tf32 or fp32, or by tproduct.t_product_kernel on tensor cores in tf32x3.
 FAR_TCONTRACTS = ("tf32", "fp32", "tf32x3")
@@ -195,8 +196,10 @@ class TwoLevelKnobs:
                                                              "cuBLAS, or tf32x3 by a Triton kernel")
     first_far: str = knob("copy", OneOf(FIRST_FAR), "with far_update cublas, the first block's last product "
                                                   "(read from A, written to H): copy (A's far columns copied "
-                                                  "into H, then cuBLAS in place) or direct (one Triton "
-                                                  "launch, C - Y W from A into H, in far_precision)")
+                                                  "into H, then cuBLAS in place), direct (one Triton launch, "
+                                                  "C - Y W from A into H, in far_precision; tf32 operands "
+                                                  "rounded in it) or direct_rounded (Y and W rounded to tf32 "
+                                                  "by a launch before it)")
     far_update: str = knob("cublas", OneOf(FAR_UPDATES), "the far update: cublas (three batched GEMMs, "
                                                          "far_precision) or strip (the fused strip kernel with "
                                                          "BB = outer, the route's strip and precision knobs: C "

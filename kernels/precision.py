@@ -5,6 +5,8 @@ names are plan.PRECISIONS, the values of the PrecisionKnobs):
 
 - "fp32"     no tensor cores (IEEE fp32 FMA), exact to fp32 rounding
 - "tf32"     one tf32 pass (10-bit mantissa inputs, rounded to nearest first: round_tf32)
+- "tf32_exact" one tf32 pass on inputs already rounded to tf32 (round_tf32_kernel), which the
+             tensor cores take as they are; internal: not a PrecisionKnobs value
 - "tf32x3"   Triton's three-pass tf32 split, close to fp32
 - "fp16x3"   x = hi + lo with hi = fp16(x), lo = fp16(x - hi): Ah Bh + Ah Bl + Al Bh
 - "fp16x2lo" Ah Bh + Ah Bl (drops A's low part: for A whose entries fp16 holds well, e.g. V)
@@ -49,6 +51,8 @@ def dot_prec(a, b, acc, PREC: tl.constexpr):
         acc = tl.dot(a, b, acc, input_precision="ieee")
     elif PREC == "tf32":
         acc = tl.dot(round_tf32(a), round_tf32(b), acc, input_precision="tf32")
+    elif PREC == "tf32_exact":
+        acc = tl.dot(a, b, acc, input_precision="tf32")
     elif PREC == "tf32x3":
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
     elif PREC == "fp16x3":
@@ -66,3 +70,22 @@ def dot_prec(a, b, acc, PREC: tl.constexpr):
         tl.static_assert(PREC == "fp16", "unknown precision")
         acc = tl.dot(a.to(tl.float16), b.to(tl.float16), acc)
     return acc
+
+
+@triton.jit
+def round_tf32_kernel(x_ptr, y_ptr, numel, BLOCK: tl.constexpr):
+    """Grid: (cdiv(numel, BLOCK),). Program p writes round_tf32 of elements [p*BLOCK, (p+1)*BLOCK)
+    of the contiguous x to y (which may be x)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    tl.store(y_ptr + offs, round_tf32(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
+def rounded_tf32(x, out):
+    """out = x rounded to tf32 (both contiguous fp32 of one size; out may be x), in one launch:
+    operands a tf32 product then takes exactly, so that its kernel loads them straight to
+    shared memory instead of rounding them in registers."""
+    assert x.is_contiguous() and out.is_contiguous() and x.numel() == out.numel()
+    block = 1024
+    round_tf32_kernel[(triton.cdiv(x.numel(), block),)](x, out, x.numel(), BLOCK=block)
+    return out

@@ -4,7 +4,7 @@ import triton
 import triton.language as tl
 from kernel_helpers import DEVICE
 
-from qrsub.kernels.precision import round_tf32
+from qrsub.kernels.precision import round_tf32, rounded_tf32
 
 
 @triton.jit
@@ -40,3 +40,12 @@ def test_round_tf32_rounds_to_nearest_even():
     assert out[odd + 0x1000] == odd + 0x2000, "a tie goes to the even neighbour: up"
     assert out[one + 0x1001] == one + 0x2000, "past the midpoint rounds up (truncation would not)"
     assert out[one + 0x0FFF] == one
+
+
+def test_rounded_tf32_rounds_a_whole_tensor_out_of_place_and_in_place():
+    x = (torch.randn(3, 700, generator=torch.Generator().manual_seed(1)) * 1e3).to(DEVICE)
+    expected = round_tf32_ref(x.cpu())
+    out = rounded_tf32(x, torch.empty_like(x))
+    assert torch.equal(out.cpu(), expected) and not torch.equal(x.cpu(), expected)
+    rounded_tf32(x, x)
+    assert torch.equal(x.cpu(), expected)

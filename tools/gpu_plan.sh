@@ -33,13 +33,14 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
-# The first far update from A into H in rounded tf32 (twolevel.first_far direct), the mid
+# The first far update from A into H in rounded tf32 (twolevel.first_far direct, and
+# direct_rounded with the operands rounded by launches before it), the mid
 # panel capped at 168 registers for three programs an SM (panel.max_registers), graph.mode
 # inplace everywhere (its call phases give each route's one-off cost), and the champion
 # before in-place graphs (capture on every route): the bench's "before".
 INPLACE="variants/champion-inplace.yaml"
-EXPERIMENTS="variants/champion-firstdirect.yaml variants/champion-panelregs.yaml variants/champion-capture.yaml
-    $INPLACE"
+EXPERIMENTS="variants/champion-firstdirect.yaml variants/champion-firstdirect-rounded.yaml
+    variants/champion-panelregs.yaml variants/champion-capture.yaml $INPLACE"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
 BASELINES="variants/geqrf.yaml variants/champion-concurrent.yaml"
 
