@@ -53,6 +53,21 @@ def strip_ref(C: torch.Tensor, V: torch.Tensor, T: torch.Tensor) -> torch.Tensor
     return C - V @ (T.T @ (V.T @ C))
 
 
+def rank_update_ref(C: torch.Tensor, Y: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """C - Y W in float64: strip.rank_update's result (C and the output in different tensors)."""
+    return C.double() - Y.double() @ W.double()
+
+
+def round_tf32_ref(x: torch.Tensor) -> torch.Tensor:
+    """fp32 x rounded to tf32 as precision.round_tf32 does: the nearest value with the low 13
+    mantissa bits zero, ties to the one whose last kept bit is even (integer arithmetic)."""
+    bits = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    low, kept = bits & 0x1FFF, bits & ~0x1FFF & 0xFFFFFFFF
+    up = (low > 0x1000) | ((low == 0x1000) & (((kept >> 13) & 1) == 1))
+    out = torch.where(up, kept + 0x2000, kept)
+    return (out - ((out >> 31) << 32)).to(torch.int32).view(torch.float32)
+
+
 def t_product_ref(T: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """tproduct.t_product: T^T W per matrix of the batch, in float64."""
     return T.double().transpose(-1, -2) @ W.double()

@@ -82,9 +82,9 @@ def round_tf32_kernel(x_ptr, y_ptr, numel, BLOCK: tl.constexpr):
 
 
 def rounded_tf32(x, out):
-    """out = x rounded to tf32 (both contiguous fp32 of one size; out may be x), in one launch:
-    operands a tf32 product then takes exactly, so that its kernel loads them straight to
-    shared memory instead of rounding them in registers."""
+    """out = x rounded to tf32 (both contiguous fp32 of one size; out may be x), in one launch.
+    A "tf32_exact" product of such operands equals a "tf32" one, and its kernel can load them
+    straight to shared memory instead of rounding them in registers on the way."""
     assert x.is_contiguous() and out.is_contiguous() and x.numel() == out.numel()
     block = 1024
     round_tf32_kernel[(triton.cdiv(x.numel(), block),)](x, out, x.numel(), BLOCK=block)

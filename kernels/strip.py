@@ -196,7 +196,7 @@ def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row
 
 
 def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off: int):
-    """dst[:, row0:, col0:] = src[:, row0:, col0:] - Y W in `precision` (a PRECISIONS name), with
+    """dst[:, row0:, col0:] = src[:, row0:, col0:] - Y W in `precision` (a dot_prec name), with
     Y = V[:, v_row_off:, :BB] (BB = W.shape[1], a power of two >= 16) and W contiguous, batch x
     BB x (n - col0): C is read from src and written to dst, no copy of it first. Tiles from
     `strip` (StripKnobs: bm, bn, num_stages, num_warps)."""

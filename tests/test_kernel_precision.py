@@ -1,25 +1,21 @@
-"""precision.round_tf32 against a torch reference of round-to-nearest-even at 10 mantissa bits."""
+"""precision.round_tf32 and rounded_tf32 against naive.round_tf32_ref (round to nearest even at
+10 mantissa bits), and strip.rank_update against naive.rank_update_ref."""
+import pytest
 import torch
 import triton
 import triton.language as tl
 from kernel_helpers import DEVICE
 
+from qrsub.kernels import plan
+from qrsub.kernels.naive import rank_update_ref, round_tf32_ref
 from qrsub.kernels.precision import round_tf32, rounded_tf32
+from qrsub.kernels.strip import rank_update
 
 
 @triton.jit
 def _round_kernel(x_ptr, y_ptr, N: tl.constexpr):
     offs = tl.arange(0, N)
     tl.store(y_ptr + offs, round_tf32(tl.load(x_ptr + offs)))
-
-
-def round_tf32_ref(x: torch.Tensor) -> torch.Tensor:
-    """Nearest fp32 value with the low 13 mantissa bits zero, ties to the even one (float64 math)."""
-    bits = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-    low, kept = bits & 0x1FFF, bits & ~0x1FFF & 0xFFFFFFFF
-    up = (low > 0x1000) | ((low == 0x1000) & (((kept >> 13) & 1) == 1))
-    out = torch.where(up, kept + 0x2000, kept)
-    return (out - ((out >> 31) << 32)).to(torch.int32).view(torch.float32)
 
 
 def test_round_tf32_rounds_to_nearest_even():
@@ -49,3 +45,24 @@ def test_rounded_tf32_rounds_a_whole_tensor_out_of_place_and_in_place():
     assert torch.equal(out.cpu(), expected) and not torch.equal(x.cpu(), expected)
     rounded_tf32(x, x)
     assert torch.equal(x.cpu(), expected)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32_exact"])
+@pytest.mark.parametrize("n,row0,col0", [(40, 0, 16), (37, 5, 21), (50, 0, 32)])
+def test_rank_update_matches_reference(n, row0, col0, precision):
+    """C - Y W read from src and written to dst, the rest of dst untouched (a partial column tile
+    at n = 37; on the CPU tf32 is fp32, so both precisions give the fp32 product)."""
+    g = torch.Generator().manual_seed(n)
+    batch, BB = 2, 16
+    src = torch.randn(batch, n, n, generator=g)
+    V = torch.randn(batch, n, BB, generator=g)
+    W = torch.randn(batch, BB, n - col0, generator=g)
+    dst = torch.full_like(src, float("nan"))
+    src, V, W, dst = src.to(DEVICE), V.to(DEVICE), W.to(DEVICE), dst.to(DEVICE)
+    before = src.clone()
+    rank_update(src, dst, V, W, row0, col0, strip=plan.StripKnobs(bm=16, bn=16, num_stages=2, num_warps=4),
+                precision=precision, v_row_off=row0)
+    expected = rank_update_ref(src[:, row0:, col0:].cpu(), V[:, row0:].cpu(), W.cpu())
+    torch.testing.assert_close(dst[:, row0:, col0:].double().cpu(), expected, atol=1e-4, rtol=1e-4)
+    assert torch.isnan(dst[:, :row0]).all() and torch.isnan(dst[:, :, :col0]).all(), "only its block is written"
+    assert torch.equal(src, before), "src is read only"
