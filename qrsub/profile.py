@@ -78,6 +78,9 @@ GROUPS: tuple[KernelGroup, ...] = (
                 kernels=("gram_kernel",)),
     KernelGroup("T product", "the far update's T^T W on tensor cores (kernels/tproduct.py, "
                 "twolevel.far_tcontract: tf32x3)", kernels=("t_product_kernel",)),
+    KernelGroup("first far", "the first block's C - Y W from A into H, and its operands rounded to "
+                "tf32 (kernels/strip.py, kernels/precision.py; twolevel.first_far: direct, direct_rounded)",
+                kernels=("rank_update_kernel", "round_tf32_kernel")),
     KernelGroup("GEMM tf32", "cuBLAS/CUTLASS GEMMs on tensor cores in tf32 (the name says tf32, "
                 "or CUTLASS's s1688gemm)", pattern=r"tf32|s1688gemm"),
     KernelGroup("GEMM fp32 SIMT", "cuBLAS GEMMs and GEMVs in fp32 on the CUDA cores (ffma, sgemm, simt, "
