@@ -2,7 +2,8 @@
 
 Each takes A and its route (plan.Route) and reads the route's knobs by name.
 
-- `qr_blocked`: single level. Panel j, then one fused strip over all trailing columns.
+- `qr_blocked`: single level. Panel j, then one fused strip over all trailing columns
+  (or, with strip.fuse_next, panel j's update fused with panel j+1's projection).
 - `qr_twolevel`: inner panels of width b inside outer blocks of O columns; strips
   update the block's own columns, then one wide block reflector with K = O updates
   the far columns with the merged block T: batched GEMMs through cuBLAS (tf32
@@ -23,7 +24,7 @@ from .coop import coop_panel
 from .panel import householder_panel, padded_width
 from .precision import rounded_tf32
 from .scratch import scratch
-from .strip import rank_update, trailing_strip
+from .strip import fused_strip, rank_update, trailing_strip
 from .tproduct import t_product
 from .wy import block_t, wy_merge
 
@@ -40,43 +41,67 @@ def new_outputs(A: torch.Tensor):
     return flat[:batch * n * n].view(batch, n, n), flat[batch * n * n:].view(batch, n)
 
 
-def blocked_stages(A, H, tau, T, V, route):
-    """qr_blocked's launches on these matrices, in order: ("panel", householder_panel's keywords)
-    and ("strip", trailing_strip's keywords) for each panel of route.panel.width columns."""
-    n = A.shape[1]
-    b = min(route.panel.width, n)
-    stages = []
-    for j in range(0, n, b):
-        bw = min(b, n - j)
-        src = A if j == 0 else H
-        last = j + bw >= n
-        stages.append(("panel", dict(src=src, dst=H, tau=tau, T=None if last else T, V=None if last else V,
-                                     j=j, bw=bw, knobs=route.panel)))
-        if not last:
-            stages.append(("strip", dict(src=src, dst=H, V=V, T=T, row0=j, col0=j + bw, ncols=n - j - bw,
-                                         strip=route.strip, precision=route.precision)))
-    return stages
-
-
-def run_stage(stage):
-    kind, call = stage
-    if kind == "panel":
-        householder_panel(**call)
-    else:
-        trailing_strip(**call)
+def panels(n: int, b: int) -> list:
+    """[(first column, width)] of the panels of b columns (the last may be narrower)."""
+    return [(j, min(b, n - j)) for j in range(0, n, b)]
 
 
 def qr_blocked(A: torch.Tensor, route):
     """Single-level blocked QR: for each panel of route.panel.width columns, the panel, then
-    one trailing strip over every column right of it."""
+    its reflector applied to every column right of it (strip.fuse_next says how)."""
+    H, tau = new_outputs(A)
+    (blocked_fused if route.strip.fuse_next else blocked_two_pass)(A, H, tau, route)
+    return H, tau
+
+
+def panel_buffers(A, route, name: str):
+    """(T, V) scratch of one panel of route.panel.width columns (padded to BB): batch x BB x BB and
+    batch x n x BB, V's rows indexed like the matrix's."""
     batch, n, _ = A.shape
     BB = padded_width(min(route.panel.width, n))
-    H, tau = new_outputs(A)
-    T = scratch("T", (batch, BB, BB), A.dtype, A.device)
-    V = scratch("V", (batch, n, BB), A.dtype, A.device)
-    for stage in blocked_stages(A, H, tau, T, V, route):
-        run_stage(stage)
-    return H, tau
+    return (scratch("T" + name, (batch, BB, BB), A.dtype, A.device),
+            scratch("V" + name, (batch, n, BB), A.dtype, A.device))
+
+
+def blocked_two_pass(A, H, tau, route):
+    """Each panel, then one trailing strip (trailing_strip: C read twice, written once)."""
+    n = A.shape[1]
+    T, V = panel_buffers(A, route, "")
+    for j, bw in panels(n, min(route.panel.width, n)):
+        src = A if j == 0 else H
+        last = j + bw >= n
+        householder_panel(src, H, tau, None if last else T, None if last else V, j, bw, knobs=route.panel)
+        if not last:
+            trailing_strip(src, H, V, T, j, j + bw, n - j - bw, strip=route.strip, precision=route.precision)
+
+
+def blocked_fused(A, H, tau, route):
+    """strip.fuse_next: panel k's reflector is applied to the columns right of panel k+1 in the
+    same pass that projects panel k+1's (fused_strip), so C is read once a panel.
+
+    Panel k+1's own columns are updated first (rank_update), since it must be factored before
+    its V exists. Panels alternate between two (T, V) buffers; W (batch x BB x n, by the
+    matrix's columns) carries T^T V^T C from one pass to the next.
+    """
+    (T0, V0), (T1, V1) = panel_buffers(A, route, ""), panel_buffers(A, route, "_next")
+    Ts, Vs = (T0, T1), (V0, V1)
+    W = scratch("W_next", (A.shape[0], T0.shape[1], A.shape[1]), A.dtype, A.device)
+    n = A.shape[1]
+    steps = panels(n, min(route.panel.width, n))
+    last = len(steps) == 1
+    householder_panel(A, H, tau, None if last else Ts[0], None if last else Vs[0], 0, steps[0][1], knobs=route.panel)
+    if last:
+        return
+    fused_strip(A, H, None, Vs[0], W, Ts[0], 0, steps[0][1], 0, strip=route.strip, precision=route.precision)
+    for k, ((j, bw), (jn, bwn)) in enumerate(zip(steps, steps[1:])):
+        src = A if j == 0 else H
+        Va, Vb, Tb = Vs[k % 2], Vs[(k + 1) % 2], Ts[(k + 1) % 2]
+        rank_update(src, H, Va, W[:, :, jn:jn + bwn], j, jn, strip=route.strip, precision=route.precision.apply,
+                    v_row_off=j, ncols=bwn)
+        last = jn + bwn >= n
+        householder_panel(H, H, tau, None if last else Tb, None if last else Vb, jn, bwn, knobs=route.panel)
+        if not last:
+            fused_strip(src, H, Va, Vb, W, Tb, j, jn + bwn, jn, strip=route.strip, precision=route.precision)
 
 
 @contextlib.contextmanager

@@ -58,6 +58,13 @@ def rank_update_ref(C: torch.Tensor, Y: torch.Tensor, W: torch.Tensor) -> torch.
     return C.double() - Y.double() @ W.double()
 
 
+def fused_strip_ref(C, Va, Wa, Vb, Tb, next_row: int):
+    """strip.fused_strip in float64: C' = C - Va Wa (C unchanged where Va is None), and the next
+    panel's W = Tb^T Vb^T C' over C's rows next_row.. (Vb's rows as C's)."""
+    C = C.double() if Va is None else C.double() - Va.double() @ Wa.double()
+    return C, Tb.double().T @ (Vb[next_row:].double().T @ C[next_row:])
+
+
 def round_tf32_ref(x: torch.Tensor) -> torch.Tensor:
     """fp32 x rounded to tf32 as precision.round_tf32 does: the nearest value with the low 13
     mantissa bits zero, ties to the one whose last kept bit is even (integer arithmetic)."""

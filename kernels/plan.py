@@ -174,6 +174,9 @@ class StripKnobs:
     num_warps: int = knob(2, Pow2(1, 16), "strip num_warps")
     split_rows: int = knob(0, Pow2(16, 8192, zero_is_off=True), "rows per program when a strip's rows are "
                                                                "split over programs (taller strips only); 0: off")
+    fuse_next: bool = knob(False, Flag(), "blocked driver: apply each panel's reflector and project the next "
+                                          "panel's in one pass over the trailing columns (C read once a panel "
+                                          "instead of twice; W waits in global memory between launches)")
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,10 @@ def route_problems(driver: str, sections: dict) -> list:
     if not value_problems(strip) and strip.split_rows and strip.split_rows < strip.bm:
         out.append((("strip", "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least strip.bm "
                     f"({strip.bm}): each split is a whole number of row tiles"))
+    if not value_problems(strip) and strip.fuse_next and (driver != "blocked" or strip.split_rows):
+        out.append((("strip", "fuse_next"), f"got true with driver {driver} and strip.split_rows "
+                    f"{strip.split_rows}; allowed: true with driver blocked and split_rows 0 (the fused "
+                    "pass carries whole columns of one blocked QR from panel to panel)"))
     panel, twolevel = sections["panel"], sections["twolevel"]
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))

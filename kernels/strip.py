@@ -4,6 +4,10 @@ One program per (strip of BN trailing columns, matrix): a first row loop
 accumulates W = V^T C (BB x BN) in registers, W becomes T^T W, a second row loop
 writes C - V W. Nothing goes through global memory but C itself.
 
+With StripKnobs.fuse_next (the blocked driver), fused_strip_kernel instead applies one panel's
+reflector and projects the next panel's in the same pass, so C is read once a panel, not
+twice; W (already T^T V^T C) waits in global memory between launches.
+
 When batch x column strips leaves most SMs idle (a batch of 2, a strip inside a
 128-column block), StripKnobs.split_rows splits the rows too: one launch writes
 each row split's partial W, a second sums them and updates its rows.
@@ -91,6 +95,54 @@ def strip_program(
     T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
     W = dot_prec(tl.trans(T), W, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
     apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
+
+
+@triton.jit
+def fused_strip_kernel(
+    src_ptr, dst_ptr, va_ptr, vb_ptr, w_ptr, t_ptr,
+    n, L, ncols, c_off, v_row_off, v_ld, next_row, w_bs, w_ld, t_bs, t_ld,
+    BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
+    PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr, APPLY_PREV: tl.constexpr,
+):
+    """Grid: (cdiv(ncols, BN), batch). Program (s, i) owns columns [s*BN, (s+1)*BN) of matrix i's
+    trailing block (rows [0, L) x columns [0, ncols) from element c_off, read from src_ptr,
+    written to dst_ptr) and the same columns of W (BB x ncols at w_ptr + i*w_bs, row stride w_ld).
+
+    With APPLY_PREV, W holds one panel's T_a^T V_a^T C: one pass over the rows writes
+    C' = C - V_a W and, from the same registers, sums the next panel's V_b^T C' over rows
+    [next_row, L); T_b^T of that sum overwrites W's tile. Without it (the first panel: nothing
+    pending), the pass only projects, and C is not written. Either way C is read once.
+
+    V_a, V_b: the two panels' V in batch x n x v_ld buffers, rows v_row_off.. (the block's row 0),
+    BB columns; V_b's rows above next_row are never read. T_b: BB x BB at t_ptr + i*t_bs, row
+    stride t_ld. Invariants: BB, BM, BN are powers of two >= 16; each program reads and writes
+    only its own W columns, so W_b may overwrite W_a in place.
+    """
+    s = tl.program_id(0)
+    pid = tl.program_id(1).to(tl.int64)
+    cn = s * BN + tl.arange(0, BN)
+    cb = tl.arange(0, BB)
+    w_tile = w_ptr + pid * w_bs + cb[:, None] * w_ld + cn[None, :]
+    src, dst, va = block_pointers(src_ptr, dst_ptr, va_ptr, pid, n, c_off, v_row_off, 0, v_ld)
+    vb = vb_ptr + pid * n * v_ld + v_row_off * v_ld
+    if APPLY_PREV:
+        Wa = tl.load(w_tile, mask=cn[None, :] < ncols, other=0.0)
+    Wb = tl.zeros((BB, BN), dtype=tl.float32)
+    for r0 in tl.range(0, L, BM, num_stages=NUM_STAGES):
+        rm = r0 + tl.arange(0, BM)
+        in_rows = rm[:, None] < L
+        mask = in_rows & (cn[None, :] < ncols)
+        c = tl.load(src + rm[:, None] * n + cn[None, :], mask=mask, other=0.0)
+        if APPLY_PREV:
+            v = tl.load(va + rm[:, None] * v_ld + cb[None, :], mask=in_rows, other=0.0).to(tl.float32)
+            c = c - dot_prec(v, Wa, tl.zeros((BM, BN), dtype=tl.float32), APPLY)
+            tl.store(dst + rm[:, None] * n + cn[None, :], c, mask=mask)
+        v = tl.load(vb + rm[:, None] * v_ld + cb[None, :], mask=in_rows & (rm[:, None] >= next_row),
+                    other=0.0).to(tl.float32)
+        Wb = dot_prec(tl.trans(v), c, Wb, PROJECT)
+    T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
+    Wb = dot_prec(tl.trans(T), Wb, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
+    tl.store(w_tile, Wb, mask=cn[None, :] < ncols)
 
 
 @triton.jit
@@ -195,13 +247,14 @@ def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row
     trailing_strip_kernel[(col_tiles, dst.shape[0])](**args, **constants, num_warps=num_warps)
 
 
-def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off: int):
-    """dst[:, row0:, col0:] = src[:, row0:, col0:] - Y W in `precision` (a dot_prec name), with
-    Y = V[:, v_row_off:, :BB] (BB = W.shape[1], a power of two >= 16) and W contiguous, batch x
-    BB x (n - col0): C is read from src and written to dst, no copy of it first. Tiles from
-    `strip` (StripKnobs: bm, bn, num_stages, num_warps)."""
+def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off: int, ncols=None):
+    """dst[:, row0:, cols] = src[:, row0:, cols] - Y W in `precision` (a dot_prec name) on the
+    columns cols = [col0, col0 + ncols) (default: to the last), with Y = V[:, v_row_off:, :BB]
+    (BB = W.shape[1], a power of two >= 16) and W batch x BB x ncols, columns contiguous:
+    C is read from src and written to dst, no copy of it first. Tiles from `strip`
+    (StripKnobs: bm, bn, num_stages, num_warps)."""
     n = dst.shape[1]
-    ncols = n - col0
+    ncols = n - col0 if ncols is None else ncols
     BN = strip_columns(strip, ncols)
     grid = (triton.cdiv(ncols, BN), dst.shape[0])
     rank_update_kernel[grid](src, dst, V, W, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
@@ -225,3 +278,23 @@ def split_strip(args, constants, num_warps, col_tiles, rows_per):
     apply_split_kernel[grid](src_ptr=args["src_ptr"], dst_ptr=dst, v_ptr=args["v_ptr"], t_ptr=args["t_ptr"],
                              t_bs=args["t_bs"], t_ld=args["t_ld"], splits=splits, **shared, **split,
                              TCONTRACT=constants["TCONTRACT"], APPLY=constants["APPLY"], **tiles)
+
+
+def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precision):
+    """One pass over rows [row0, n) x columns [col0, n): C - Va W from src into dst where Va is
+    given (None: the first panel, nothing to apply; dst is then not written), and W's columns
+    [col0, n) replaced by Tb^T Vb^T C over rows [next_row, n) of the updated C.
+
+    Va, Vb: batch x n x BB (rows indexed like the matrix's); W: batch x BB x n; Tb: batch x BB x BB.
+    Tiles from `strip` (StripKnobs), products in `precision` (PrecisionKnobs).
+    """
+    n = dst.shape[1]
+    ncols = n - col0
+    BN = strip_columns(strip, ncols)
+    Wc = W[:, :, col0:]
+    fused_strip_kernel[(triton.cdiv(ncols, BN), dst.shape[0])](
+        src, dst, Vb if Va is None else Va, Vb, Wc, Tb, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
+        v_row_off=row0, v_ld=Vb.shape[2], next_row=next_row - row0, w_bs=Wc.stride(0), w_ld=Wc.stride(1),
+        t_bs=Tb.stride(0), t_ld=Tb.stride(1), BB=Tb.shape[-1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages,
+        PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply,
+        APPLY_PREV=Va is not None, num_warps=strip.num_warps)

@@ -70,16 +70,19 @@ GROUPS: tuple[KernelGroup, ...] = (
                 kernels=("householder_panel_kernel",)),
     KernelGroup("coop panel", "several programs per matrix factor a tall panel (kernels/coop.py)",
                 kernels=("coop_panel_kernel",)),
-    KernelGroup("strip", "the trailing update by a panel's reflectors (kernels/strip.py)",
-                kernels=("trailing_strip_kernel", "project_split_kernel", "apply_split_kernel")),
+    KernelGroup("strip", "the trailing update by a panel's reflectors (kernels/strip.py; fused_strip_kernel: "
+                "strip.fuse_next's pass that also projects the next panel's)",
+                kernels=("trailing_strip_kernel", "project_split_kernel", "apply_split_kernel",
+                         "fused_strip_kernel")),
     KernelGroup("block T", "a two-level block's T in one launch (kernels/wy.py, twolevel.block_t: kernel)",
                 kernels=("block_t_kernel",)),
     KernelGroup("Gram", "a two-level block's Y^T Y on tensor cores (kernels/wy.py, twolevel.gram)",
                 kernels=("gram_kernel",)),
     KernelGroup("T product", "the far update's T^T W on tensor cores (kernels/tproduct.py, "
                 "twolevel.far_tcontract: tf32x3)", kernels=("t_product_kernel",)),
-    KernelGroup("first far", "the first block's C - Y W from A into H, and its operands rounded to "
-                "tf32 (kernels/strip.py, kernels/precision.py; twolevel.first_far: direct, direct_rounded)",
+    KernelGroup("rank update", "C - Y W with W given (kernels/strip.py): the first block's far update from "
+                "A into H (twolevel.first_far: direct, direct_rounded; its tf32 operands rounded by "
+                "kernels/precision.py), or the next panel's columns before it is factored (strip.fuse_next)",
                 kernels=("rank_update_kernel", "round_tf32_kernel")),
     KernelGroup("GEMM tf32", "cuBLAS/CUTLASS GEMMs on tensor cores in tf32 (the name says tf32, "
                 "or CUTLASS's s1688gemm)", pattern=r"tf32|s1688gemm"),

@@ -46,6 +46,9 @@ def test_cooperative_panel_with_several_programs(programs, exchange, unroll):
     ("blocked", 520, dict(panel=dict(width=32, num_warps=((256, 4), (None, 8))), strip=dict(bm=32, bn=64))),
     ("blocked", 352, dict(panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=32))),
     ("blocked", 520, dict(panel=dict(width=32, row_tiles=2, unroll=4), strip=dict(bm=32, bn=64))),
+    # the next panel's projection fused with this panel's update (strip.fuse_next)
+    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle"), strip=dict(bm=16, bn=128, fuse_next=True))),
+    ("blocked", 200, dict(panel=dict(width=16), strip=dict(bm=32, bn=32, fuse_next=True))),
     # the panel capped at 168 registers (it spills; champion-panelregs)
     ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", max_registers=168),
                           strip=dict(bm=16, bn=64))),

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The next GPU session's plan (docs/perf-log.md, "Next"), one stage per device call, each
 # well inside a 10-minute call. Run from the repository root on the GPU machine:
-#   bash tools/gpu_plan.sh check      # the bench of every experiment, geqrf and concurrent, then the GPU twins (~9 min)
+#   bash tools/gpu_plan.sh check      # the bench of every experiment, geqrf and concurrent, then the GPU twins (~7 min)
+#   bash tools/gpu_plan.sh ncu V CASE  # Nsight Compute's counters for the first panel and strip
+#                                      # launches of variant V on benchmark case CASE (~2 min)
 #   bash tools/gpu_plan.sh means      # the harness's own means (benchmark mode), champion vs champion-capture, one case a route (~5 min)
 #   bash tools/gpu_plan.sh decide     # the first calls' wall times (tools/call_phases.py), then means (~9 min cold)
 #   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
@@ -15,8 +17,9 @@ set -u
 case "${1:-}" in
 check|means|decide) ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
+ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
 ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
-*) sed -n '2,13p' "$0"; exit 2 ;;
+*) sed -n '2,15p' "$0"; exit 2 ;;
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
@@ -33,24 +36,29 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
-# The first far update from A into H in rounded tf32 (twolevel.first_far direct, and
-# direct_rounded with the operands rounded by launches before it), the mid
-# panel capped at 168 registers for three programs an SM (panel.max_registers), graph.mode
-# inplace everywhere (its call phases give each route's one-off cost), and the champion
-# before in-place graphs (capture on every route): the bench's "before".
+# The experiments the next session measures first (none built yet).
+EXPERIMENTS=""
+# graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
-EXPERIMENTS="variants/champion-firstdirect.yaml variants/champion-firstdirect-rounded.yaml
-    variants/champion-panelregs.yaml variants/champion-capture.yaml $INPLACE"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
 BASELINES="variants/geqrf.yaml variants/champion-concurrent.yaml"
 
 case "${1:-}" in
 check)
-    timeout 450 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $EXPERIMENTS $BASELINES --budget 300 \
+    timeout 400 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $EXPERIMENTS $BASELINES --budget 260 \
         --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -60
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
         -k "grouped or inplace or shuffle or graph_replays or tf32 or (drivers_pass and not coop)" \
         2>&1 | tee "$OUT/gpu-tests.txt" | tail -5
+    ;;
+ncu)
+    # Throughput against the ceilings, L2 hits, occupancy and stall reasons of one call's first
+    # six panel, strip and rank-update launches (on the mid route: the first panels and strips).
+    timeout 500 ncu --clock-control none --profile-from-start off \
+        -k "regex:panel_kernel|strip_kernel|rank_update_kernel" --launch-count 6 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+        --section WarpStateStats --section LaunchStats --section SchedulerStats \
+        python3 tools/ncu_case.py "$2" --case "$3" 2>&1 | tee "$OUT/ncu-$(basename "$2" .yaml)-$3.txt" | tail -150
     ;;
 means|decide)
     if [ "$1" = decide ]; then
