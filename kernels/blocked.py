@@ -21,7 +21,7 @@ import contextlib
 import torch
 
 from .coop import coop_panel
-from .panel import householder_panel, padded_width
+from .panel import Pending, householder_panel, padded_width
 from .precision import rounded_tf32
 from .scratch import scratch
 from .strip import fused_strip, rank_update, trailing_strip
@@ -79,8 +79,8 @@ def blocked_fused(A, H, tau, route):
     """strip.fuse_next: panel k's reflector is applied to the columns right of panel k+1 in the
     same pass that projects panel k+1's (fused_strip), so C is read once a panel.
 
-    Panel k+1's own columns are updated first (rank_update), since it must be factored before
-    its V exists. Panels alternate between two (T, V) buffers; W (batch x BB x n, by the
+    Panel k+1's own columns are updated first (rank_update, or the panel itself with
+    panel.apply_pending), since it must be factored before its V exists. Panels alternate between two (T, V) buffers; W (batch x BB x n, by the
     matrix's columns) carries T^T V^T C from one pass to the next.
     """
     (T0, V0), (T1, V1) = panel_buffers(A, route, ""), panel_buffers(A, route, "_next")
@@ -96,10 +96,14 @@ def blocked_fused(A, H, tau, route):
     for k, ((j, bw), (jn, bwn)) in enumerate(zip(steps, steps[1:])):
         src = A if j == 0 else H
         Va, Vb, Tb = Vs[k % 2], Vs[(k + 1) % 2], Ts[(k + 1) % 2]
-        rank_update(src, H, Va, W[:, :, jn:jn + bwn], j, jn, strip=route.strip, precision=route.precision.apply,
-                    v_row_off=j, ncols=bwn)
+        pending = Pending(src, Va, W[:, :, jn:], j, route.precision.apply)
+        if not route.panel.apply_pending:
+            rank_update(src, H, Va, W[:, :, jn:jn + bwn], j, jn, strip=route.strip,
+                        precision=route.precision.apply, v_row_off=j, ncols=bwn)
+            pending = None
         last = jn + bwn >= n
-        householder_panel(H, H, tau, None if last else Tb, None if last else Vb, jn, bwn, knobs=route.panel)
+        householder_panel(H, H, tau, None if last else Tb, None if last else Vb, jn, bwn, knobs=route.panel,
+                          pending=pending)
         if not last:
             fused_strip(src, H, Va, Vb, W, Tb, j, jn + bwn, jn, strip=route.strip, precision=route.precision)
 

@@ -16,11 +16,13 @@ The cooperative panel (coop.py) uses the same two steps, summing row_k and
 proj across programs in between.
 """
 import os
+from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
+from .precision import dot_prec
 
 
 @triton.jit
@@ -186,15 +188,49 @@ def panel_step(P, P2, T, taus, rows, rows2, cols, k, BL2: tl.constexpr):
 
 
 @triton.jit
+def apply_pending(src_ptr, dst_ptr, y_ptr, w_ptr, pid, n, rows, bw, c_off, y_row_off, y_ld, w_bs, w_ld,
+                  BB: tl.constexpr, YB: tl.constexpr, BM: tl.constexpr, APPLY: tl.constexpr):
+    """dst = src - Y W on `rows` rows x bw columns of matrix pid from element c_off (the previous
+    panel's reflector on this panel's columns, before they are factored), BM rows at a time.
+    Y: YB columns of the batch x n x y_ld buffer y_ptr, rows y_row_off..; W: YB x BB at
+    w_ptr + pid*w_bs, row stride w_ld (only its first bw columns are read)."""
+    cb = tl.arange(0, BB)
+    yb = tl.arange(0, YB)
+    W = tl.load(w_ptr + pid * w_bs + yb[:, None] * w_ld + cb[None, :], mask=cb[None, :] < bw, other=0.0)
+    for r0 in tl.range(0, rows, BM):
+        rm = r0 + tl.arange(0, BM)
+        mask = (rm[:, None] < rows) & (cb[None, :] < bw)
+        offs = pid * n * n + c_off + rm[:, None] * n + cb[None, :]
+        y = tl.load(y_ptr + pid * n * y_ld + (y_row_off + rm[:, None]) * y_ld + yb[None, :],
+                    mask=rm[:, None] < rows, other=0.0)
+        c = tl.load(src_ptr + offs, mask=mask, other=0.0)
+        c = c - dot_prec(y, W, tl.zeros((BM, BB), dtype=tl.float32), APPLY)
+        tl.store(dst_ptr + offs, c, mask=mask)
+
+
+@triton.jit
 def householder_panel_kernel(
-    src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr,
+    src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pre_src_ptr, y_ptr, w_ptr,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
+    pre_rows, y_row_off, y_ld, w_bs, w_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
-    SHUFFLE: tl.constexpr,
+    SHUFFLE: tl.constexpr, PENDING: tl.constexpr, YB: tl.constexpr, PRE_BM: tl.constexpr,
+    PRE_APPLY: tl.constexpr,
 ):
-    """Grid: (batch,). Program i owns the whole panel of matrix i (panel_program)."""
-    panel_program(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, tl.program_id(0).to(tl.int64),
+    """Grid: (batch,). Program i owns the whole panel of matrix i (panel_program).
+
+    PENDING (PanelKnobs.apply_pending): first, apply_pending writes the previous panel's update
+    of this panel's columns into dst (rows from pre_rows above the panel's first row, read from
+    pre_src_ptr), and the panel then reads dst; a barrier orders the program's own stores
+    before its loads."""
+    pid = tl.program_id(0).to(tl.int64)
+    if PENDING:
+        apply_pending(pre_src_ptr, dst_ptr, y_ptr, w_ptr, pid, n, L + pre_rows, bw, panel_off - pre_rows * n,
+                      y_row_off, y_ld, w_bs, w_ld, BB, YB, PRE_BM, PRE_APPLY)
+        tl.debug_barrier()
+        src_ptr = dst_ptr
+    panel_program(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
                   n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
                   BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE)
 
@@ -338,7 +374,40 @@ def pick_warps(rule, rows: int) -> int:
     return rule[-1][1]
 
 
-def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None):
+# Rows a step of apply_pending: each step is a load, a product and a store the panel waits for,
+# so few and tall (8 for a 512-row panel; ptxas for sm_90 gives the panel the same 254
+# registers at 32, 64 or 128).
+PENDING_ROWS = 64
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The previous panel's update of this panel's columns, which the panel applies before it
+    factors them (PanelKnobs.apply_pending): C - Y W over rows [row0, n), C read from src.
+    Y: batch x n x YB (rows indexed like the matrix's); W: batch x YB x >= bw, this panel's
+    columns first (a view into the W buffer of strip.fuse_next); apply: a dot_prec name."""
+
+    src: object
+    Y: object
+    W: object
+    row0: int
+    apply: str
+
+
+def pending_launch(pending, src, j):
+    """(arguments, compile-time constants) of householder_panel_kernel's apply_pending prologue
+    for panel column j: none to apply (pending None) sets PENDING false and points its tensors
+    at src, which the kernel then never reads."""
+    if pending is None:
+        return (dict(pre_src_ptr=src, y_ptr=src, w_ptr=src, pre_rows=0, y_row_off=0, y_ld=0, w_bs=0, w_ld=0),
+                dict(PENDING=False, YB=MIN_DOT_WIDTH, PRE_BM=MIN_DOT_WIDTH, PRE_APPLY="fp32"))
+    Y, W = pending.Y, pending.W
+    return (dict(pre_src_ptr=pending.src, y_ptr=Y, w_ptr=W, pre_rows=j - pending.row0, y_row_off=pending.row0,
+                 y_ld=Y.shape[2], w_bs=W.stride(0), w_ld=W.stride(1)),
+            dict(PENDING=True, YB=Y.shape[2], PRE_BM=PENDING_ROWS, PRE_APPLY=pending.apply))
+
+
+def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None):
     """(arguments, compile-time constants, num_warps) of panel_program for columns [j, j+bw) of
     every matrix, by parameter name, as householder_panel launches them. PanelKnobs.broadcast
     shuffle takes the grouped program where its layout holds: a full-width panel in one row
@@ -361,10 +430,11 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
                and BL * BB >= 4 * 32 * num_warps)
     constants = dict(BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
                      UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted())
-    return args, constants, num_warps
+    pre_args, pre_constants = pending_launch(pending, src, j)
+    return {**args, **pre_args}, {**constants, **pre_constants}, num_warps
 
 
-def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None):
+def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None):
     """Factor panel columns [j, j+bw) of every matrix, rows [j, n), as `knobs` (PanelKnobs:
     num_warps by the rows the tiles hold, row_tiles, unroll) say.
 
@@ -372,9 +442,10 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_o
     T: batch x BB x BB fp32 (any batch and row strides) or None; V: batch x n x ld (fp32/fp16) or None.
     V's rows are indexed like the matrix's (row r of the panel lands at row
     v_row_off + r, default j) so a two-level block can stack its panels.
+    pending (Pending, or None): an update of the panel's columns to apply first.
     """
     args, constants, num_warps = panel_launch(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off,
-                                              v_row_off=v_row_off)
+                                              v_row_off=v_row_off, pending=pending)
     householder_panel_kernel[(dst.shape[0],)](**args, **constants, num_warps=num_warps,
                                                **register_cap(knobs.max_registers))
 

@@ -161,6 +161,9 @@ class PanelKnobs:
                                                   "sum (a reduction over the column groups) or shuffle (one "
                                                   "indexed shuffle: the panel held as column groups of 4, "
                                                   "where its rows are 16-byte aligned; GPU only)")
+    apply_pending: bool = knob(False, Flag(), "with strip.fuse_next: the panel first applies the previous "
+                                              "panel's update to its own columns (C - Y W, W from the fused "
+                                              "pass), in place of a separate launch that writes them once more")
     max_registers: int = knob(0, IntRange(0, 255), "registers per thread the panel may use (ptxas maxnreg; "
                                                    "it spills the rest), so that more programs share an "
                                                    "SM; 0: the compiler's choice (up to 255)")
@@ -300,7 +303,11 @@ def route_problems(driver: str, sections: dict) -> list:
         out.append((("strip", "fuse_next"), f"got true with driver {driver} and strip.split_rows "
                     f"{strip.split_rows}; allowed: true with driver blocked and split_rows 0 (the fused "
                     "pass carries whole columns of one blocked QR from panel to panel)"))
-    panel, twolevel = sections["panel"], sections["twolevel"]
+    panel = sections["panel"]
+    if not value_problems(panel) and not value_problems(strip) and panel.apply_pending and not strip.fuse_next:
+        out.append((("panel", "apply_pending"), "got true with strip.fuse_next false; allowed: true with "
+                    "strip.fuse_next true (the pending update is the fused pass's)"))
+    twolevel = sections["twolevel"]
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))
     if driver not in TWO_LEVEL_DRIVERS:

@@ -105,3 +105,34 @@ def test_a_capped_panel_factors_like_an_uncapped_one():
         householder_panel(dst, dst, tau, None, None, 0, 16, knobs=PanelKnobs(width=16, max_registers=cap))
         results.append((dst, tau))
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
+@pytest.mark.parametrize("n,row0,j,bw", [(40, 0, 16, 16), (37, 16, 32, 5), (80, 0, 16, 16)])
+def test_a_panel_applies_its_pending_update_first(n, row0, j, bw):
+    """panel.apply_pending: the previous panel's C - Y W on this panel's columns (rows row0..,
+    read from a separate source), then the panel, in one launch: as rank_update_ref then
+    panel_ref in float64. (37, 16, 32, 5): a ragged panel narrower than Y; (80, 0, ...): two
+    64-row steps of the update, the second partial."""
+    from qrsub.kernels.naive import rank_update_ref
+    from qrsub.kernels.panel import Pending
+
+    batch, YB = 3, 16
+    g = torch.Generator().manual_seed(5)
+    A = special_matrices(n, batch=batch)
+    Y = torch.randn(batch, n, YB, generator=g).to(DEVICE) / 4
+    W = torch.randn(batch, YB, n, generator=g).to(DEVICE) / 4
+    dst = torch.full_like(A, float("nan"))
+    BB = padded_width(bw)
+    tau, T, V = torch.zeros(batch, n, device=A.device), torch.zeros(batch, BB, BB, device=A.device), \
+        torch.zeros(batch, n, BB, device=A.device)
+    householder_panel(A, dst, tau, T, V, j, bw, knobs=PanelKnobs(width=bw, num_warps=4, unroll=4),
+                      pending=Pending(A, Y, W[:, :, j:], row0, "fp32"))
+    for i in range(batch):
+        updated = rank_update_ref(A[i, row0:, j:j + bw].cpu(), Y[i, row0:].cpu(), W[i, :, j:j + bw].cpu())
+        torch.testing.assert_close(dst[i, row0:j, j:j + bw].double().cpu(), updated[:j - row0], atol=1e-5, rtol=1e-5)
+        P, tau_ref, T_ref, _ = panel_ref(updated[j - row0:])
+        torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(tau[i, j:j + bw].double().cpu(), tau_ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(T[i, :bw, :bw].double().cpu(), T_ref, atol=2e-5, rtol=1e-4)
+    assert torch.isnan(dst[:, :row0]).all() and torch.isnan(dst[:, :, :j]).all() and torch.isnan(dst[:, :, j + bw:]).all(), \
+        "only rows row0.. of the panel's columns are written"

@@ -122,6 +122,8 @@ REJECTS = [
      ["strip.fuse_next", "got true with driver twolevel", "allowed: true with driver blocked"]),
     ("    strip: {fuse_next: true, split_rows: 32}\n", "4:24", ["strip.fuse_next", "split_rows 32"]),
     ("    strip: {fuse_next: 1}\n", "4:24", ["strip.fuse_next", "true or false"]),
+    ("    panel: {apply_pending: true}\n", "4:28", ["panel.apply_pending", "strip.fuse_next false",
+                                                  "allowed: true with strip.fuse_next true"]),
     ("    coop: {exchange: atomic}\n", "4:22", ["coop.exchange", "one of counter, slots"]),
     ("    twolevel: {far_precision: fp16}\n", "4:31", ["twolevel.far_precision", "one of fp32, tf32"]),
     ("    coop: {programs: 3}\n", "4:22", ["coop.programs", "power of two in 1..64"]),

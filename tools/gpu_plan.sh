@@ -36,8 +36,9 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
-# The experiments the next session measures first (none built yet).
-EXPERIMENTS=""
+# The mid panel applying its columns' pending update itself (panel.apply_pending), in place of
+# the rank_update launch before it.
+EXPERIMENTS="variants/champion-pending.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.

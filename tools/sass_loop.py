@@ -8,6 +8,7 @@ integer argument is (true of the benchmark shapes' panels).
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped   # broadcast shuffle
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --maxnreg 168
+    python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --pending
 
 Prints registers, spill stack, and per backward branch (a loop) its instruction count and
 the most common opcodes. Used for docs/perf-log.md's instruction counts.
@@ -28,10 +29,10 @@ from qrsub.kernels import panel
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 
-def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0):
+def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False):
     fn = panel.householder_panel_kernel
     constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=0, UNROLL=unroll,
-                     GROUPED=grouped, SHUFFLE=grouped)
+                     GROUPED=grouped, SHUFFLE=grouped, PENDING=pending, YB=BB, PRE_BM=panel.PENDING_ROWS, PRE_APPLY="fp16x3")
     signature = {a: "constexpr" if a in constants else ("*fp32" if a.endswith("_ptr") else "i32")
                  for a in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a not in constants}
@@ -68,8 +69,10 @@ def main():
     parser.add_argument("--unroll", type=int, default=4)
     parser.add_argument("--grouped", action="store_true", help="the grouped panel with its indexed shuffle")
     parser.add_argument("--maxnreg", type=int, default=0, help="cap registers a thread (panel.max_registers)")
+    parser.add_argument("--pending", action="store_true",
+                        help="with the previous panel's update applied first (panel.apply_pending, in fp16x3)")
     args = parser.parse_args()
-    kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg)
+    kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending)
     cubin = kernel.asm["cubin"]
     print(" ".join(re.findall(r"(REG:\d+|STACK:\d+)", tool("cuobjdump", cubin, "--dump-resource-usage"))))
     for count, ops in loop_bodies(tool("cuobjdump", cubin, "-sass")):
