@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The next GPU session's plan (docs/perf-log.md, "Next"), one stage per device call, each
 # well inside a 10-minute call. Run from the repository root on the GPU machine:
-#   bash tools/gpu_plan.sh check      # the bench of every experiment, geqrf and concurrent, then the GPU twins (~7 min)
+#   bash tools/gpu_plan.sh check      # the bench of every experiment, geqrf and concurrent, the GPU twins,
+#                                     # and Nsight Compute on the first experiment at 640x512 (~7 min)
 #   bash tools/gpu_plan.sh ncu V CASE  # Nsight Compute's counters for the first panel and strip
 #                                      # launches of variant V on benchmark case CASE (~2 min)
 #   bash tools/gpu_plan.sh means      # the harness's own means (benchmark mode), champion vs champion-capture, one case a route (~5 min)
@@ -19,7 +20,7 @@ check|means|decide) ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
 ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
 ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
-*) sed -n '2,15p' "$0"; exit 2 ;;
+*) sed -n '2,16p' "$0"; exit 2 ;;
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
@@ -51,6 +52,10 @@ check)
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
         -k "grouped or inplace or shuffle or graph_replays or tf32 or (drivers_pass and not coop)" \
         2>&1 | tee "$OUT/gpu-tests.txt" | tail -5
+    # Where the first experiment's 640x512 time goes now (about 15 s): `bash $0 ncu` below.
+    if [ -n "$EXPERIMENTS" ]; then
+        bash "$0" ncu ${EXPERIMENTS%% *} 3 > /dev/null 2>&1 && echo "ncu of ${EXPERIMENTS%% *}: in $OUT"
+    fi
     ;;
 ncu)
     # Throughput against the ceilings, L2 hits, occupancy and stall reasons of one call's first
