@@ -3,42 +3,88 @@
 Triton compiles for sm_90 anywhere; ptxas and cuobjdump come with its package. The
 launcher specializes pointers and integer arguments divisible by 16, which decides the
 vector width of loads and so the layouts: the compile here assumes every pointer and
-integer argument is (true of the benchmark shapes' panels).
+integer argument is (true of the benchmark shapes' panels and strips).
+
+The panel (householder_panel_kernel), by its knobs:
 
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped   # broadcast shuffle
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --maxnreg 168
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --pending
 
-Prints registers, spill stack, and per backward branch (a loop) its instruction count and
-the most common opcodes. Used for docs/perf-log.md's instruction counts.
+Any other kernel of kernels/, by module.name and its compile-time constants:
+
+    python tools/sass_loop.py --kernel strip.fused_strip_kernel --warps 4 --const BB=32 --const BM=16 \\
+        --const BN=128 --const NUM_STAGES=4 --const PROJECT=fp16x3 --const TCONTRACT=fp32 \\
+        --const APPLY=fp16x3 --const APPLY_PREV=True
+
+Registers and spills depend on Triton's version: the H200 runs Triton 3.6, and the CPU
+machine's newer Triton can differ a lot (the fused strip's projection-only pass: 131
+registers and no shared-memory pipeline with 3.9, 253 registers with 3.6, as the device's
+Nsight Compute reported). For the device's figures, run this under a Triton 3.6 without torch:
+
+    python3 -m venv /tmp/triton36 && /tmp/triton36/bin/pip install triton==3.6.0
+    /tmp/triton36/bin/python tools/sass_loop.py --grouped
+
+(it then imports the checkout's kernels/ with a stand-in for torch, which no kernel needs to
+compile). Prints registers, spill stack, and per backward branch (a loop) its instruction
+count and the most common opcodes. Used for docs/perf-log.md's instruction counts.
 """
 import argparse
+import ast
 import collections
+import importlib
 import os
 import re
 import subprocess
+import sys
 import tempfile
+import types
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from qrsub.kernels import panel
-
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False):
-    fn = panel.householder_panel_kernel
-    constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=0, UNROLL=unroll,
-                     GROUPED=grouped, SHUFFLE=grouped, PENDING=pending, YB=BB, PRE_BM=panel.PENDING_ROWS, PRE_APPLY="fp16x3")
+def kernel_module(name: str):
+    """kernels/<name>.py: installed as qrsub.kernels, or else the checkout's own kernels/ package
+    with a stand-in for torch (compiling needs Triton only)."""
+    try:
+        return importlib.import_module(f"qrsub.kernels.{name}")
+    except ImportError:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            stand_in = types.ModuleType("torch")
+            stand_in.Tensor = object
+            sys.modules["torch"] = stand_in
+        sys.path.insert(0, ROOT)
+        return importlib.import_module(f"kernels.{name}")
+
+
+def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0):
+    """fn compiled for sm_90: every argument not in constants a pointer (named *_ptr) or an int,
+    all divisible by 16."""
     signature = {a: "constexpr" if a in constants else ("*fp32" if a.endswith("_ptr") else "i32")
                  for a in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a not in constants}
-    source = ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
-    options = {"num_warps": warps, **panel.register_cap(maxnreg)}
+    try:
+        source = ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
+    except TypeError:  # Triton 3.6 names them constants
+        source = ASTSource(fn=fn, signature=signature, constants=constants, attrs=attrs)
+    options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False):
+    panel = kernel_module("panel")
+    constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=0, UNROLL=unroll,
+                     GROUPED=grouped, SHUFFLE=grouped, PENDING=pending, YB=BB, PRE_BM=panel.PENDING_ROWS,
+                     PRE_APPLY="fp16x3")
+    return compile_kernel(panel.householder_panel_kernel, constants, warps, maxnreg)
 
 
 def tool(name, cubin, *flags):
@@ -61,8 +107,20 @@ def loop_bodies(sass):
     return bodies
 
 
+def constant(text: str):
+    """NAME=VALUE: VALUE as a Python literal (32, True) or else a string (fp16x3)."""
+    name, _, value = text.partition("=")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name, value
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernel", help="module.kernel of kernels/ (default: the panel, by the options below)")
+    parser.add_argument("--const", action="append", default=[], type=constant, metavar="NAME=VALUE",
+                        help="with --kernel: a compile-time constant (repeat)")
     parser.add_argument("--bl", type=int, default=512)
     parser.add_argument("--bb", type=int, default=32)
     parser.add_argument("--warps", type=int, default=4)
@@ -72,9 +130,14 @@ def main():
     parser.add_argument("--pending", action="store_true",
                         help="with the previous panel's update applied first (panel.apply_pending, in fp16x3)")
     args = parser.parse_args()
-    kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending)
+    if args.kernel:
+        module, _, name = args.kernel.partition(".")
+        kernel = compile_kernel(getattr(kernel_module(module), name), dict(args.const), args.warps, args.maxnreg)
+    else:
+        kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending)
     cubin = kernel.asm["cubin"]
-    print(" ".join(re.findall(r"(REG:\d+|STACK:\d+)", tool("cuobjdump", cubin, "--dump-resource-usage"))))
+    print(f"triton {triton.__version__}: "
+          + " ".join(re.findall(r"(REG:\d+|STACK:\d+|SHARED:\d+)", tool("cuobjdump", cubin, "--dump-resource-usage"))))
     for count, ops in loop_bodies(tool("cuobjdump", cubin, "-sass")):
         print(f"loop: {count} instructions; {', '.join(f'{op} {n}' for op, n in ops.most_common(8))}")
 
