@@ -121,15 +121,16 @@ def group_broadcast(xg, k, SHUFFLE: tl.constexpr):
 
 
 @triton.jit
-def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr):
-    """Reflector k on the panel held as (BL, G, 4): column c is group c // 4, entry c % 4.
+def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr):
+    """Reflector k on the panel held as (BL, G, 4): column c is group (c - C0) // 4, entry c % 4.
     The same arithmetic as column_sums and reflect, with each row vector held as (BL, G),
     one copy per column group, so that column k reaches every group by group_broadcast.
-    cols: (G, 4) column indices; rows: (BL, 1)."""
+    cols: (G, 4) column indices, from C0 (0, or a split panel's right half: PanelKnobs.split);
+    rows: (BL, 1); T: (4 G, G, 4), its rows the columns from C0 too."""
     neg_zero = tl.full(P.shape, -2147483648, tl.int32).to(tl.float32, bitcast=True)  # see column_sums
     below, at = rows > k, rows == k
     xg = tl.sum(tl.where((cols % 4 == k % 4)[None, :, :], P, neg_zero), axis=2)  # within a thread
-    x = group_broadcast(xg, k, SHUFFLE)
+    x = group_broadcast(xg, k - C0, SHUFFLE)
     tail = tl.where(below, x, 0.0)
     row_k, proj = tl.reduce((tl.where(at[:, :, None], P, neg_zero), tail[:, :, None] * P), 0, add_pairs)
     is_col = cols == k
@@ -141,7 +142,7 @@ def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr):
     coef = tl.where(cols > k, tau_k * w, 0.0)
     new_col = tl.where(below, v, tl.where(at, diag, x))
     P = tl.where(is_col[None, :, :], new_col[:, :, None], P - v[:, :, None] * coef[None, :, :])
-    t_rows = tl.arange(0, T.shape[0])
+    t_rows = C0 + tl.arange(0, T.shape[0])
     t_col = -tau_k * tl.sum(tl.sum(T * tl.where(cols < k, w, 0.0)[None, :, :], axis=2), axis=1)
     t_col = tl.where(t_rows == k, tau_k, tl.where(t_rows < k, t_col, 0.0))
     T = tl.where(is_col[None, :, :], t_col[:, None, None], T)
@@ -216,23 +217,28 @@ def householder_panel_kernel(
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
     SHUFFLE: tl.constexpr, PENDING: tl.constexpr, YB: tl.constexpr, PRE_BM: tl.constexpr,
-    PRE_APPLY: tl.constexpr,
+    PRE_APPLY: tl.constexpr, SPLIT: tl.constexpr,
 ):
     """Grid: (batch,). Program i owns the whole panel of matrix i (panel_program).
 
     PENDING (PanelKnobs.apply_pending): first, apply_pending writes the previous panel's update
     of this panel's columns into dst (rows from pre_rows above the panel's first row, read from
     pre_src_ptr), and the panel then reads dst; a barrier orders the program's own stores
-    before its loads."""
+    before its loads. SPLIT (PanelKnobs.split 2, where the grouped program runs and BB >= 32):
+    panel_program_split instead."""
     pid = tl.program_id(0).to(tl.int64)
     if PENDING:
         apply_pending(pre_src_ptr, dst_ptr, y_ptr, w_ptr, pid, n, L + pre_rows, bw, panel_off - pre_rows * n,
                       y_row_off, y_ld, w_bs, w_ld, BB, YB, PRE_BM, PRE_APPLY)
         tl.debug_barrier()
         src_ptr = dst_ptr
-    panel_program(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
-                  n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
-                  BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE)
+    if SPLIT:
+        panel_program_split(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid, n, L, panel_off, tau_off, t_bs, t_ld,
+                            v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE)
+    else:
+        panel_program(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
+                      n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
+                      BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE)
 
 
 @triton.jit
@@ -321,11 +327,11 @@ def panel_program_grouped(
     taus = tl.zeros((G, 4), dtype=tl.float32)
     if UNROLL == 0:
         for k in range(0, bw):
-            P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k, SHUFFLE)
+            P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k, SHUFFLE, 0)
     else:
         for k0 in range(0, BB, UNROLL):
             for r in tl.static_range(UNROLL):
-                P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k0 + r, SHUFFLE)
+                P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k0 + r, SHUFFLE, 0)
     P2 = tl.reshape(P, (BL, BB))
     tl.store(dst_ptr + pid * n * n + offs, P2, mask=in_panel)
     tl.store(tau_ptr + pid * n + tau_off + tl.reshape(cols2, (BB,)), tl.reshape(taus, (BB,)))
@@ -333,6 +339,132 @@ def panel_program_grouped(
         tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], tl.reshape(T, (BB, BB)))
     if WRITE_V:
         store_v(v_ptr, P2, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
+
+
+@triton.jit
+def factor_grouped(P, rows, cols, C0: tl.constexpr, UNROLL: tl.constexpr, SHUFFLE: tl.constexpr):
+    """All reflectors of the (BL, G, 4) tile P whose columns are cols (from C0): (P, T, taus)."""
+    G: tl.constexpr = P.shape[1]
+    T = tl.zeros((4 * G, G, 4), dtype=tl.float32)
+    taus = tl.zeros((G, 4), dtype=tl.float32)
+    if UNROLL == 0:
+        for k in range(C0, C0 + 4 * G):
+            P, T, taus = grouped_step(P, T, taus, rows, cols, k, SHUFFLE, C0)
+    else:
+        for k0 in range(C0, C0 + 4 * G, UNROLL):
+            for r in tl.static_range(UNROLL):
+                P, T, taus = grouped_step(P, T, taus, rows, cols, k0 + r, SHUFFLE, C0)
+    return P, T, taus
+
+
+@triton.jit
+def unit_lower(P, rows, cols, L):
+    """V of a factored (BL, bw) slice whose columns are cols: P below the diagonal, 1 on it, 0
+    above and past row L."""
+    V = tl.where(rows[:, None] > cols[None, :], P, tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
+    return tl.where(rows[:, None] < L, V, 0.0)
+
+
+@triton.jit
+def left_reflector_on_right(src, dst, n, L, T1, HB: tl.constexpr, BM: tl.constexpr):
+    """The right half of a split panel (columns HB..2 HB from src, whose (0, 0) is the panel's
+    first element; row stride n) becomes Q1^T C = C - V1 T1^T V1^T C in dst, V1 read from the
+    factored left half in dst: two passes of BM rows, in SPLIT_PRECISION."""
+    left = tl.arange(0, HB)
+    right = HB + left
+    W = tl.zeros((HB, HB), dtype=tl.float32)
+    for r0 in tl.range(0, L, BM):
+        rm = r0 + tl.arange(0, BM)
+        m = rm[:, None] < L
+        v = unit_lower(tl.load(dst + rm[:, None] * n + left[None, :], mask=m, other=0.0), rm, left, L)
+        c = tl.load(src + rm[:, None] * n + right[None, :], mask=m, other=0.0)
+        W = dot_prec(tl.trans(v), c, W, SPLIT_PRECISION)
+    W = tl.dot(tl.trans(T1), W, input_precision="ieee")
+    for r0 in tl.range(0, L, BM):
+        rm = r0 + tl.arange(0, BM)
+        m = rm[:, None] < L
+        v = unit_lower(tl.load(dst + rm[:, None] * n + left[None, :], mask=m, other=0.0), rm, left, L)
+        c = tl.load(src + rm[:, None] * n + right[None, :], mask=m, other=0.0)
+        c = c - dot_prec(v, W, tl.zeros((BM, HB), dtype=tl.float32), SPLIT_PRECISION)
+        tl.store(dst + rm[:, None] * n + right[None, :], c, mask=m)
+
+
+@triton.jit
+def halves_gram(dst, n, L, HB: tl.constexpr, BM: tl.constexpr):
+    """V1^T V2 of a factored split panel in dst (its (0, 0) at dst, row stride n), BM rows a step."""
+    left = tl.arange(0, HB)
+    S = tl.zeros((HB, HB), dtype=tl.float32)
+    for r0 in tl.range(0, L, BM):
+        rm = r0 + tl.arange(0, BM)
+        m = rm[:, None] < L
+        v1 = unit_lower(tl.load(dst + rm[:, None] * n + left[None, :], mask=m, other=0.0), rm, left, L)
+        v2 = unit_lower(tl.load(dst + rm[:, None] * n + HB + left[None, :], mask=m, other=0.0), rm, HB + left, L)
+        S = dot_prec(tl.trans(v1), v2, S, SPLIT_PRECISION)
+    return S
+
+
+@triton.jit
+def factor_half(src, dst, tau_ptr, v_at, rows, in_rows, groups, L, C0: tl.constexpr, HB: tl.constexpr,
+                BL: tl.constexpr, WRITE_V: tl.constexpr, UNROLL: tl.constexpr, SHUFFLE: tl.constexpr):
+    """Load columns C0..C0+HB of the panel from src (the grouped layout the shuffle needs), factor
+    them, and store them to dst, their tau (tau_ptr at the panel's first) and V (v_at at the
+    panel's first row and column, row stride in it); returns their T (HB x HB)."""
+    cols = C0 + tl.arange(0, HB)
+    P = tl.load(src + cols[None, :], mask=in_rows, other=0.0)
+    G: tl.constexpr = HB // 4
+    P, T, taus = factor_grouped(tl.reshape(P, (BL, G, 4)), rows[:, None], C0 + groups, C0, UNROLL, SHUFFLE)
+    P = tl.reshape(P, (BL, HB))
+    tl.store(dst + cols[None, :], P, mask=in_rows)
+    tl.store(tau_ptr + C0 + tl.reshape(groups, (HB,)), tl.reshape(taus, (HB,)))
+    if WRITE_V:
+        tl.store(v_at + cols[None, :], unit_lower(P, rows, cols, L).to(v_at.dtype.element_ty), mask=in_rows)
+    return tl.reshape(T, (HB, HB))
+
+
+@triton.jit
+def panel_program_split(
+    src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
+    n, L, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
+    BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
+    UNROLL: tl.constexpr, SHUFFLE: tl.constexpr,
+):
+    """panel_program_grouped in two halves of HB = BB / 2 columns (PanelKnobs.split 2): the left
+    half's reflectors on the left half only; their block reflector applied to the right half
+    (left_reflector_on_right, tensor cores in SPLIT_PRECISION); the right half's reflectors; T merged as
+    [[T1, -T1 (V1^T V2) T2], [0, T2]]. Each reflector then walks a BL x HB tile instead of
+    BL x BB, and one half is live at a time.
+
+    A half is factored only as loaded from memory: the shuffle needs the load's register layout
+    (group_broadcast), which a product's result does not have. So the block update runs in
+    BM-row steps through dst, and barriers order the program's own stores before its loads.
+    Invariants as panel_program_grouped's, and HB >= 16."""
+    HB: tl.constexpr = BB // 2
+    BM: tl.constexpr = 64  # rows a step of the block update and the Gram: 8 steps at 512 rows
+    rows = tl.arange(0, BL)
+    groups = tl.arange(0, HB // 4)[:, None] * 4 + tl.arange(0, 4)[None, :]
+    src = src_ptr + pid * n * n + panel_off
+    dst = dst_ptr + pid * n * n + panel_off
+    in_rows = rows[:, None] < L
+    v_at = v_ptr + pid * n * v_ld + (v_row_off + rows[:, None]) * v_ld + v_col_off
+    taus_at = tau_ptr + pid * n + tau_off
+    T1 = factor_half(src + rows[:, None] * n, dst + rows[:, None] * n, taus_at, v_at, rows, in_rows, groups, L,
+                     0, HB, BL, WRITE_V, UNROLL, SHUFFLE)
+    tl.debug_barrier()
+    left_reflector_on_right(src, dst, n, L, T1, HB, BM)
+    tl.debug_barrier()
+    T2 = factor_half(dst + rows[:, None] * n, dst + rows[:, None] * n, taus_at, v_at, rows, in_rows, groups, L,
+                     HB, HB, BL, WRITE_V, UNROLL, SHUFFLE)
+    if WRITE_T:
+        tl.debug_barrier()
+        cross = -tl.dot(T1, tl.dot(halves_gram(dst, n, L, HB, BM), T2, input_precision="ieee"),
+                        input_precision="ieee")
+        left = tl.arange(0, HB)
+        right = HB + left
+        t_at = t_ptr + pid * t_bs
+        tl.store(t_at + left[:, None] * t_ld + left[None, :], T1)
+        tl.store(t_at + left[:, None] * t_ld + right[None, :], cross)
+        tl.store(t_at + right[:, None] * t_ld + left[None, :], tl.zeros((HB, HB), dtype=tl.float32))
+        tl.store(t_at + right[:, None] * t_ld + right[None, :], T2)
 
 
 def interpreted() -> bool:
@@ -374,6 +506,10 @@ def pick_warps(rule, rows: int) -> int:
     return rule[-1][1]
 
 
+# The split panel's block update and Gram on tensor cores (PanelKnobs.split): fp16x3, as the
+# strips' products, which ptxas for sm_90 (Triton 3.6) issues in about half the instructions of
+# tf32x3's at 64 rows a step (293 + 176 against 458 + 220).
+SPLIT_PRECISION: tl.constexpr = tl.constexpr("fp16x3")
 # Rows a step of apply_pending: each step is a load, a product and a store the panel waits for,
 # so few and tall (8 for a 512-row panel; ptxas for sm_90 gives the panel the same 254
 # registers at 32, 64 or 128).
@@ -414,7 +550,9 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     tile whose rows start 16-byte aligned (n and j multiples of 16) and that holds at least 4
     values a thread, so that Triton loads 4 columns a thread (ptxas and the TTGIR for sm_90
     show that layout at every such shape we compiled; a tile of 2 values a thread splits a
-    group over 2 lanes). Elsewhere the panel sums: the factors are the same either way."""
+    group over 2 lanes). Elsewhere the panel sums: the factors are the same either way.
+    PanelKnobs.split 2 splits the grouped program's columns in two halves where each is at
+    least MIN_DOT_WIDTH wide; elsewhere the panel is factored whole."""
     n = dst.shape[1]
     L = n - j
     BB = padded_width(bw)
@@ -429,7 +567,8 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     grouped = (knobs.broadcast == "shuffle" and bw == BB and BL2 == 0 and n % 16 == 0 and j % 16 == 0
                and BL * BB >= 4 * 32 * num_warps)
     constants = dict(BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
-                     UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted())
+                     UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
+                     SPLIT=grouped and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH)
     pre_args, pre_constants = pending_launch(pending, src, j)
     return {**args, **pre_args}, {**constants, **pre_constants}, num_warps
 

@@ -161,6 +161,10 @@ class PanelKnobs:
                                                   "sum (a reduction over the column groups) or shuffle (one "
                                                   "indexed shuffle: the panel held as column groups of 4, "
                                                   "where its rows are 16-byte aligned; GPU only)")
+    split: int = knob(1, IntRange(1, 2), "1, or 2: the panel factored as two halves, the left half's block "
+                                         "reflector applied to the right half on tensor cores (fp16x3) between "
+                                         "them, so each reflector walks half the columns (broadcast shuffle "
+                                         "panels of at least 32 columns; others whole)")
     apply_pending: bool = knob(False, Flag(), "with strip.fuse_next: the panel first applies the previous "
                                               "panel's update to its own columns (C - Y W, W from the fused "
                                               "pass), in place of a separate launch that writes them once more")

@@ -51,6 +51,9 @@ def test_cooperative_panel_with_several_programs(programs, exchange, unroll):
     ("blocked", 200, dict(panel=dict(width=16), strip=dict(bm=32, bn=32, fuse_next=True))),
     ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", apply_pending=True),
                           strip=dict(bm=16, bn=128, fuse_next=True))),
+    # the panel in two halves (panel.split 2), with the fused strip as in the champion
+    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", split=2),
+                          strip=dict(bm=16, bn=128, fuse_next=True))),
     # the panel capped at 168 registers (it spills; champion-panelregs)
     ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", max_registers=168),
                           strip=dict(bm=16, bn=64))),

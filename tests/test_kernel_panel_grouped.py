@@ -57,3 +57,52 @@ def test_blocked_qr_with_the_grouped_panel_passes_the_gate(n, width):
     H0, tau0 = qr_blocked(A, route(panel=dict(width=width, unroll=4)))
     torch.testing.assert_close(H, H0, atol=1e-5, rtol=1e-4)
     assert harness_check(A, H, tau) < 0.5
+
+
+def factor_panel_at(A, j, width, split, write_tv=True):
+    """Panel columns [j, j+width) of A (grouped, unroll 4, 2 warps), split in halves or whole:
+    its columns of H, tau, T and V."""
+    batch, n, _ = A.shape
+    H, tau = A.clone(), torch.zeros(batch, n)
+    T = torch.zeros(batch, width, width) if write_tv else None
+    V = torch.zeros(batch, n, width) if write_tv else None
+    knobs = PanelKnobs(width=width, num_warps=2, unroll=4, broadcast="shuffle", split=split)
+    assert panel_launch(A, H, tau, T, V, j, width, knobs=knobs)[1]["SPLIT"] == (split == 2)
+    householder_panel(A, H, tau, T, V, j, width, knobs=knobs)
+    return H, tau[:, j:j + width], T, V
+
+
+@pytest.mark.parametrize("n,j,write_tv", [(48, 0, True), (64, 16, True), (48, 16, False)])
+def test_a_split_panel_gives_the_whole_panels_factors(n, j, write_tv):
+    """panel.split 2: the left half's reflectors, their block reflector applied to the right half
+    in fp16x3, the right half's reflectors, T merged: the whole panel's factors, tau, T and V to
+    fp16x3's accuracy, and no other column written. write_tv False: a last panel (no T, no V).
+    The special matrices hold a zero column, a zero matrix, the identity, rank deficiency."""
+    A = special_matrices(n, batch=5)
+    whole = factor_panel_at(A, j, 32, 1, write_tv)
+    split = factor_panel_at(A, j, 32, 2, write_tv)
+    H, H0 = split[0], whole[0]
+    torch.testing.assert_close(H[:, j:, j:j + 32], H0[:, j:, j:j + 32], atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(split[1], whole[1], atol=2e-5, rtol=1e-4)
+    if write_tv:
+        torch.testing.assert_close(split[2], whole[2], atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(split[3], whole[3], atol=2e-5, rtol=1e-4)
+    outside = torch.ones_like(A, dtype=torch.bool)
+    outside[:, j:, j:j + 32] = False
+    assert torch.equal(H[outside], A[outside]), "only the panel's rows and columns are written"
+
+
+def test_a_split_needs_halves_that_feed_tensor_cores():
+    """A 16-column panel cannot split into 8-column halves (tl.dot takes 16 at least): whole."""
+    X = torch.zeros(2, 48, 48)
+    knobs = PanelKnobs(width=16, num_warps=1, unroll=4, broadcast="shuffle", split=2)
+    assert not panel_launch(X, X, torch.zeros(2, 48), None, None, 0, 16, knobs=knobs)[1]["SPLIT"]
+
+
+def test_blocked_qr_with_a_split_panel_passes_the_gate():
+    A = special_matrices(64, batch=2)
+    H, tau = qr_blocked(A, route(panel=dict(width=32, broadcast="shuffle", unroll=4, split=2),
+                                 strip=dict(fuse_next=True)))
+    H0, tau0 = qr_blocked(A, route(panel=dict(width=32, broadcast="shuffle", unroll=4)))
+    torch.testing.assert_close(H, H0, atol=1e-4, rtol=1e-3)
+    assert harness_check(A, H, tau) < 0.5

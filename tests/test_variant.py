@@ -122,6 +122,7 @@ REJECTS = [
      ["strip.fuse_next", "got true with driver twolevel", "allowed: true with driver blocked"]),
     ("    strip: {fuse_next: true, split_rows: 32}\n", "4:24", ["strip.fuse_next", "split_rows 32"]),
     ("    strip: {fuse_next: 1}\n", "4:24", ["strip.fuse_next", "true or false"]),
+    ("    panel: {split: 4}\n", "4:20", ["panel.split", "an integer in 1..2"]),
     ("    panel: {apply_pending: true}\n", "4:28", ["panel.apply_pending", "strip.fuse_next false",
                                                   "allowed: true with strip.fuse_next true"]),
     ("    coop: {exchange: atomic}\n", "4:22", ["coop.exchange", "one of counter, slots"]),

@@ -38,8 +38,8 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The mid panel applying its columns' pending update itself (panel.apply_pending), in place of
-# the rank_update launch before it.
-EXPERIMENTS="variants/champion-pending.yaml"
+# the rank_update launch before it; the mid panel in two halves (panel.split 2).
+EXPERIMENTS="variants/champion-pending.yaml variants/champion-split.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.

@@ -79,11 +79,11 @@ def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0):
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False):
+def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False, split=False):
     panel = kernel_module("panel")
     constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=0, UNROLL=unroll,
                      GROUPED=grouped, SHUFFLE=grouped, PENDING=pending, YB=BB, PRE_BM=panel.PENDING_ROWS,
-                     PRE_APPLY="fp16x3")
+                     PRE_APPLY="fp16x3", SPLIT=split)
     return compile_kernel(panel.householder_panel_kernel, constants, warps, maxnreg)
 
 
@@ -129,12 +129,14 @@ def main():
     parser.add_argument("--maxnreg", type=int, default=0, help="cap registers a thread (panel.max_registers)")
     parser.add_argument("--pending", action="store_true",
                         help="with the previous panel's update applied first (panel.apply_pending, in fp16x3)")
+    parser.add_argument("--split", action="store_true", help="the grouped panel in two halves (panel.split 2)")
     args = parser.parse_args()
     if args.kernel:
         module, _, name = args.kernel.partition(".")
         kernel = compile_kernel(getattr(kernel_module(module), name), dict(args.const), args.warps, args.maxnreg)
     else:
-        kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending)
+        kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending,
+                               args.split)
     cubin = kernel.asm["cubin"]
     print(f"triton {triton.__version__}: "
           + " ".join(re.findall(r"(REG:\d+|STACK:\d+|SHARED:\d+)", tool("cuobjdump", cubin, "--dump-resource-usage"))))
