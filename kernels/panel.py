@@ -552,7 +552,8 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     show that layout at every such shape we compiled; a tile of 2 values a thread splits a
     group over 2 lanes). Elsewhere the panel sums: the factors are the same either way.
     PanelKnobs.split 2 splits the grouped program's columns in two halves where each is at
-    least MIN_DOT_WIDTH wide; elsewhere the panel is factored whole."""
+    least MIN_DOT_WIDTH wide and, like the whole tile, holds at least 4 values a thread (the
+    shuffle's layout); elsewhere the panel is factored whole."""
     n = dst.shape[1]
     L = n - j
     BB = padded_width(bw)
@@ -568,7 +569,8 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
                and BL * BB >= 4 * 32 * num_warps)
     constants = dict(BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
                      UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
-                     SPLIT=grouped and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH)
+                     SPLIT=grouped and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH
+                     and BL * (BB // 2) >= 4 * 32 * num_warps)
     pre_args, pre_constants = pending_launch(pending, src, j)
     return {**args, **pre_args}, {**constants, **pre_constants}, num_warps
 

@@ -92,11 +92,18 @@ def test_a_split_panel_gives_the_whole_panels_factors(n, j, write_tv):
     assert torch.equal(H[outside], A[outside]), "only the panel's rows and columns are written"
 
 
-def test_a_split_needs_halves_that_feed_tensor_cores():
-    """A 16-column panel cannot split into 8-column halves (tl.dot takes 16 at least): whole."""
-    X = torch.zeros(2, 48, 48)
-    knobs = PanelKnobs(width=16, num_warps=1, unroll=4, broadcast="shuffle", split=2)
-    assert not panel_launch(X, X, torch.zeros(2, 48), None, None, 0, 16, knobs=knobs)[1]["SPLIT"]
+def test_a_split_needs_halves_that_feed_tensor_cores_and_keep_the_shuffles_layout():
+    """A 16-column panel cannot split into 8-column halves (tl.dot takes 16 at least), and a
+    32 x 32 panel on 8 warps holds 4 values a thread whole but 2 a half: both stay whole."""
+    X = torch.zeros(2, 64, 64)
+
+    def split(width, warps, j=0):
+        knobs = PanelKnobs(width=width, num_warps=warps, unroll=4, broadcast="shuffle", split=2)
+        return panel_launch(X, X, torch.zeros(2, 64), None, None, j, width, knobs=knobs)[1]["SPLIT"]
+
+    assert not split(16, 1)
+    assert split(32, 4, j=32)
+    assert not split(32, 8, j=32)
 
 
 def test_blocked_qr_with_a_split_panel_passes_the_gate():
