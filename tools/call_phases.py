@@ -38,6 +38,29 @@ def build(variant: str, out: Path) -> Path:
     return out
 
 
+def add_case_arguments(parser) -> None:
+    """The VARIANT and --case arguments of the tools that run one benchmark case's first input."""
+    parser.add_argument("variant", help="a variants/*.yaml file or a built submission .py")
+    parser.add_argument("--case", type=int, required=True, help="benchmark case index (qrsub test --cases)")
+
+
+def first_input_of_case(args, tmp: Path, name: str, warm_calls: int) -> tuple:
+    """(args.variant built into TMP and loaded as module NAME, benchmark case args.case's spec,
+    the first of the harness's inputs for it), after WARM_CALLS untimed calls on that input
+    (compiling, capturing any graph). TMP must outlive the calls: Triton reads the built file.
+    Exits where there is no GPU: the tools that use it time or profile GPU kernels."""
+    if not torch.cuda.is_available():
+        sys.exit(f"{Path(sys.argv[0]).name} measures GPU kernels and needs a CUDA GPU")
+    module = load_submission(build(args.variant, tmp / "submission.py"), name)
+    harness_on_path()
+    spec = cases_for(load_task(), "benchmark")[args.case]
+    x = harness_inputs(spec)[0]
+    for _ in range(warm_calls):
+        module.custom_kernel(x)
+    torch.cuda.synchronize()
+    return module, spec, x
+
+
 def timed_ms(calls) -> float:
     torch.cuda.synchronize()
     start = time.perf_counter()
