@@ -12,7 +12,8 @@ One module per stage, each with its plain-torch reference in `naive.py`:
 - `wy`         a two-level block's T from its inner T: the torch merge, or one Triton launch
 - `tproduct`   the far update's small T^T W on tensor cores in a split precision
 - `blocked`    drivers: single-level, two-level and cooperative two-level blocked QR
-- `graphs`     CUDA graphs: one per input shape, or concurrent batch groups (opt-in)
+- `relocate`   launches whose input and output pointers move by a device table (graph.mode relocate)
+- `graphs`     CUDA graphs: one per input shape or input tensor, relocated, or concurrent batch groups (opt-in)
 - `routing`    a route per (n, batch), and the public entry `qr_routed`
 
 The generated submission inlines these modules in the order their imports

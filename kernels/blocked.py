@@ -33,12 +33,23 @@ def qr_geqrf(A: torch.Tensor, route):
     return torch.geqrf(A)
 
 
-def new_outputs(A: torch.Tensor):
-    """(H, tau) for the batch A, uninitialized: views of one buffer, H first, so that a graph's
-    outputs are copied out in one launch (graphs.copied_out)."""
+def output_buffer(A: torch.Tensor) -> torch.Tensor:
+    """One uninitialized buffer for the batch A's H and tau (output_views), so that a graph's
+    outputs are copied out in one launch (graphs.copied_out) and moved by one offset
+    (graph.mode relocate)."""
     batch, n, _ = A.shape
-    flat = torch.empty(batch * n * n + batch * n, dtype=A.dtype, device=A.device)
+    return torch.empty(batch * n * n + batch * n, dtype=A.dtype, device=A.device)
+
+
+def output_views(flat: torch.Tensor, A: torch.Tensor) -> tuple:
+    """(H, tau): views of output_buffer(A)'s FLAT, H first."""
+    batch, n, _ = A.shape
     return flat[:batch * n * n].view(batch, n, n), flat[batch * n * n:].view(batch, n)
+
+
+def new_outputs(A: torch.Tensor) -> tuple:
+    """(H, tau) for the batch A, uninitialized, in one buffer."""
+    return output_views(output_buffer(A), A)
 
 
 def panels(n: int, b: int) -> list:
@@ -46,10 +57,11 @@ def panels(n: int, b: int) -> list:
     return [(j, min(b, n - j)) for j in range(0, n, b)]
 
 
-def qr_blocked(A: torch.Tensor, route):
+def qr_blocked(A: torch.Tensor, route, out=None):
     """Single-level blocked QR: for each panel of route.panel.width columns, the panel, then
-    its reflector applied to every column right of it (strip.fuse_next says how)."""
-    H, tau = new_outputs(A)
+    its reflector applied to every column right of it (strip.fuse_next says how). OUT: the
+    (H, tau) to write (output_views of one buffer), else new ones."""
+    H, tau = new_outputs(A) if out is None else out
     (blocked_fused if route.strip.fuse_next else blocked_two_pass)(A, H, tau, route)
     return H, tau
 

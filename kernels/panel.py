@@ -23,6 +23,7 @@ import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
 from .precision import dot_prec
+from .relocate import moved, relocation_args
 
 
 @triton.jit
@@ -211,13 +212,14 @@ def apply_pending(src_ptr, dst_ptr, y_ptr, w_ptr, pid, n, rows, bw, c_off, y_row
 
 @triton.jit
 def householder_panel_kernel(
-    src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pre_src_ptr, y_ptr, w_ptr,
+    src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pre_src_ptr, y_ptr, w_ptr, table_ptr,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     pre_rows, y_row_off, y_ld, w_bs, w_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
     SHUFFLE: tl.constexpr, PENDING: tl.constexpr, YB: tl.constexpr, PRE_BM: tl.constexpr,
     PRE_APPLY: tl.constexpr, SPLIT: tl.constexpr,
+    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, TAU_SLOT: tl.constexpr, PRE_SLOT: tl.constexpr,
 ):
     """Grid: (batch,). Program i owns the whole panel of matrix i (panel_program).
 
@@ -225,7 +227,12 @@ def householder_panel_kernel(
     of this panel's columns into dst (rows from pre_rows above the panel's first row, read from
     pre_src_ptr), and the panel then reads dst; a barrier orders the program's own stores
     before its loads. SPLIT (PanelKnobs.split 2, where the grouped program runs and BB >= 32):
-    panel_program_split instead."""
+    panel_program_split instead. src, dst, tau and pre_src move by the relocation table's slots
+    (relocate.py; NO_SLOT: as given)."""
+    src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
+    dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
+    tau_ptr = moved(tau_ptr, table_ptr, TAU_SLOT)
+    pre_src_ptr = moved(pre_src_ptr, table_ptr, PRE_SLOT)
     pid = tl.program_id(0).to(tl.int64)
     if PENDING:
         apply_pending(pre_src_ptr, dst_ptr, y_ptr, w_ptr, pid, n, L + pre_rows, bw, panel_off - pre_rows * n,
@@ -572,7 +579,9 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
                      SPLIT=grouped and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH
                      and BL * (BB // 2) >= 4 * 32 * num_warps)
     pre_args, pre_constants = pending_launch(pending, src, j)
-    return {**args, **pre_args}, {**constants, **pre_constants}, num_warps
+    table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst, TAU_SLOT=tau,
+                                   PRE_SLOT=pending.src if pending is not None else None)
+    return {**args, **pre_args, "table_ptr": table}, {**constants, **pre_constants, **slots}, num_warps
 
 
 def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None):

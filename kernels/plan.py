@@ -46,17 +46,24 @@ FAR_TCONTRACTS = ("tf32", "fp32", "tf32x3")
 # groups run as concurrent branches of one graph, which is work on more than one hardware
 # queue, and the service warns that such work may disqualify a submission (whatever the
 # file spells). qrsub lint and qrsub submit flag every built file whose routes use it.
-GRAPH_MODES = ("off", "capture", "inplace", "concurrent")
+GRAPH_MODES = ("off", "capture", "inplace", "relocate", "concurrent")
 # Why graph.mode concurrent refuses a driver; the others (blocked: Triton kernels only, each
 # group's on its own buffers) may run as concurrent branches.
+NEVER_GRAPHED = "a geqrf route is never graphed"
 CONCURRENT_REFUSED = {
-    "geqrf": "a geqrf route is never graphed",
+    "geqrf": NEVER_GRAPHED,
     "twolevel": "its cuBLAS products would share one workspace across the groups (torch keys it by "
                 "the capturing queue, the same for every group), which concurrent branches would race on",
     "coop": "its panel programs spin until all of a matrix's programs run, which other branches filling "
             "the GPU could prevent forever",
 }
 CONCURRENT_DRIVERS = tuple(d for d in DRIVERS if d not in CONCURRENT_REFUSED)
+# graph.mode relocate moves every pointer into the input and the outputs by a table (relocate.py),
+# which only Triton kernels can do: the drivers that launch nothing else on them.
+CUBLAS_POINTERS = ("its far update multiplies slices of the input and the outputs through cuBLAS, whose "
+                   "pointers a replay cannot move")
+RELOCATE_REFUSED = {"geqrf": NEVER_GRAPHED, "twolevel": CUBLAS_POINTERS, "coop": CUBLAS_POINTERS}
+RELOCATE_DRIVERS = tuple(d for d in DRIVERS if d not in RELOCATE_REFUSED)
 # GraphKnobs.groups: more branches than the GPU has hardware work queues (32 at most) add
 # launches without adding overlap. (K = 10 was best for the other submission, on a B200.)
 MAX_GROUPS = 32
@@ -234,7 +241,11 @@ class GraphKnobs:
                                                     "copied in, the outputs cloned out as settings.clone_outputs "
                                                     "says), inplace (a graph per input tensor, which reads it where "
                                                     "it lies and returns its own buffers: no copies; an output stays "
-                                                    "as returned until the next call on the same tensor), off, or "
+                                                    "as returned until the next call on the same tensor), "
+                                                    "relocate (a graph per shape, captured on its first call, "
+                                                    "whose kernels read the input where it lies and write fresh "
+                                                    "outputs through a table of offsets: no copies; blocked "
+                                                    "driver only), off, or "
                                                     "concurrent (opt-in, a disqualification risk that qrsub "
                                                     "lint and submit flag): the batch split into graph.groups "
                                                     "groups, each its own graph, run as concurrent branches "
@@ -249,6 +260,9 @@ def graph_problems(driver: str, graph: GraphKnobs) -> list:
     """[(knob path, message)] for graph.mode and graph.groups together (route_problems reports them)."""
     if value_problems(graph):
         return []
+    if graph.mode == "relocate" and driver not in RELOCATE_DRIVERS:
+        return [(("graph", "mode"), f"got relocate with driver {driver}; allowed: relocate with driver "
+                 f"{' or '.join(RELOCATE_DRIVERS)} ({RELOCATE_REFUSED[driver]})")]
     if graph.mode != "concurrent":
         return [(("graph", "groups"), f"got {graph.groups} with graph.mode {graph.mode}; allowed: 0 (groups "
                  "split the batch in mode concurrent only)")] if graph.groups else []

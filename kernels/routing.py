@@ -19,7 +19,7 @@ from triton.runtime.errors import OutOfResources, PTXASError
 
 from .blocked import qr_blocked, qr_coop, qr_geqrf, qr_twolevel
 from .fallback import FALLBACK_LINE, STRICT_ENV
-from .graphs import GroupGraphs, InputGraphs, ShapeGraphs, graph_wanted
+from .graphs import GroupGraphs, InputGraphs, RelocatedGraphs, ShapeGraphs, graph_wanted
 from .panel import interpreted
 from .plan import DRIVERS
 
@@ -34,6 +34,7 @@ FALLBACKS = []
 _GRAPHS = ShapeGraphs()
 _GROUP_GRAPHS = GroupGraphs()
 _INPUT_GRAPHS = InputGraphs()
+_RELOCATED_GRAPHS = RelocatedGraphs()
 _LAUNCHED_ROUTES = set()
 
 
@@ -48,9 +49,12 @@ def select_route(n: int, batch: int, routes):
     raise ValueError(f"no route matches n={n}, batch={batch}: the variant's routes must cover every shape")
 
 
-def qr(A: torch.Tensor, route):
-    """Factor A (batch x n x n fp32) with one route's driver, eagerly: (H, tau)."""
-    return DRIVER_FUNCTIONS[route.driver](A, route)
+def qr(A: torch.Tensor, route, out=None):
+    """Factor A (batch x n x n fp32) with one route's driver, eagerly: (H, tau). OUT, (H, tau)
+    to write, is for the drivers of plan.RELOCATE_DRIVERS only."""
+    if out is None:
+        return DRIVER_FUNCTIONS[route.driver](A, route)
+    return DRIVER_FUNCTIONS[route.driver](A, route, out=out)
 
 
 def fell_back(route) -> bool:
@@ -76,12 +80,14 @@ def fall_back(route, err: Exception):
 
 def run_graphed(route, settings, driver, A):
     """The route's call through its graphs: concurrent batch groups, one graph per input tensor,
-    or one graph per shape."""
+    one graph per shape replayed where the input lies (relocate), or one per shape with copies."""
     key = (route.name, tuple(A.shape), str(A.device))
     if route.graph.mode == "concurrent":
         return _GROUP_GRAPHS.run(key, driver, A, route.graph.groups)
     if route.graph.mode == "inplace":
         return _INPUT_GRAPHS.run(key, driver, A)
+    if route.graph.mode == "relocate":
+        return _RELOCATED_GRAPHS.run(key, driver, A)
     return _GRAPHS.run(key, driver, A, settings.clone_outputs, settings.packed_outputs)
 
 

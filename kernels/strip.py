@@ -18,6 +18,7 @@ import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
 from .precision import dot_prec
+from .relocate import moved, relocation_args
 from .scratch import scratch
 
 
@@ -58,12 +59,16 @@ def block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off,
 
 @triton.jit
 def trailing_strip_kernel(
-    src_ptr, dst_ptr, v_ptr, t_ptr,
+    src_ptr, dst_ptr, v_ptr, t_ptr, table_ptr,
     n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
     PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr,
+    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr,
 ):
-    """Grid: (cdiv(ncols, BN), batch). Program (s, i) is strip_program(s, i)."""
+    """Grid: (cdiv(ncols, BN), batch). Program (s, i) is strip_program(s, i), its src and dst
+    moved by the relocation table's slots (relocate.py; NO_SLOT: as given)."""
+    src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
+    dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     strip_program(src_ptr, dst_ptr, v_ptr, t_ptr, tl.program_id(0), tl.program_id(1).to(tl.int64),
                   n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld,
                   BB, BM, BN, NUM_STAGES, PROJECT, TCONTRACT, APPLY)
@@ -99,10 +104,11 @@ def strip_program(
 
 @triton.jit
 def fused_strip_kernel(
-    src_ptr, dst_ptr, va_ptr, vb_ptr, w_ptr, t_ptr,
+    src_ptr, dst_ptr, va_ptr, vb_ptr, w_ptr, t_ptr, table_ptr,
     n, L, ncols, c_off, v_row_off, v_ld, next_row, w_bs, w_ld, t_bs, t_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
     PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr, APPLY_PREV: tl.constexpr,
+    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) owns columns [s*BN, (s+1)*BN) of matrix i's
     trailing block (rows [0, L) x columns [0, ncols) from element c_off, read from src_ptr,
@@ -115,9 +121,12 @@ def fused_strip_kernel(
 
     V_a, V_b: the two panels' V in batch x n x v_ld buffers, rows v_row_off.. (the block's row 0),
     BB columns; V_b's rows above next_row are never read. T_b: BB x BB at t_ptr + i*t_bs, row
-    stride t_ld. Invariants: BB, BM, BN are powers of two >= 16; each program reads and writes
+    stride t_ld. src and dst move by the relocation table's slots (relocate.py).
+    Invariants: BB, BM, BN are powers of two >= 16; each program reads and writes
     only its own W columns, so W_b may overwrite W_a in place.
     """
+    src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
+    dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     s = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
     cn = s * BN + tl.arange(0, BN)
@@ -147,14 +156,18 @@ def fused_strip_kernel(
 
 @triton.jit
 def rank_update_kernel(
-    src_ptr, dst_ptr, v_ptr, w_ptr,
+    src_ptr, dst_ptr, v_ptr, w_ptr, table_ptr,
     n, L, ncols, c_off, v_row_off, v_col_off, v_ld, w_bs, w_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr, APPLY: tl.constexpr,
+    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) writes C - V W on columns [s*BN, (s+1)*BN)
     of matrix i's block (rows [0, L), read from src_ptr, written to dst_ptr, as strip_program's),
     W given: BB x ncols at w_ptr + i*w_bs, row stride w_ld. The last product of a cuBLAS far
-    update, where C and the result live in different tensors (A and H)."""
+    update, where C and the result live in different tensors (A and H). src and dst move by the
+    relocation table's slots (relocate.py)."""
+    src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
+    dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     s = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
     cn = s * BN + tl.arange(0, BN)
@@ -166,13 +179,15 @@ def rank_update_kernel(
 
 @triton.jit
 def project_split_kernel(
-    src_ptr, v_ptr, w_ptr, n, L, ncols, c_off, v_row_off, v_col_off, v_ld, rows_per, w_bs, w_ss, w_ld,
+    src_ptr, v_ptr, w_ptr, table_ptr, n, L, ncols, c_off, v_row_off, v_col_off, v_ld, rows_per, w_bs, w_ss, w_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr, PROJECT: tl.constexpr,
+    SRC_SLOT: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), splits, batch). Program (s, p, i) writes W_p = V^T C over rows
     [p*rows_per, (p+1)*rows_per) of matrix i's trailing block and its columns [s*BN, (s+1)*BN)
     to the BB x BN tile at w_ptr + i*w_bs + p*w_ss + s*BN (row stride w_ld).
     Arguments otherwise as trailing_strip_kernel's. Invariant: rows_per is a multiple of BM."""
+    src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
     s = tl.program_id(0)
     p = tl.program_id(1)
     pid = tl.program_id(2).to(tl.int64)
@@ -186,14 +201,16 @@ def project_split_kernel(
 
 @triton.jit
 def apply_split_kernel(
-    src_ptr, dst_ptr, v_ptr, t_ptr, w_ptr,
+    src_ptr, dst_ptr, v_ptr, t_ptr, w_ptr, table_ptr,
     n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld, rows_per, splits, w_bs, w_ss, w_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
-    TCONTRACT: tl.constexpr, APPLY: tl.constexpr,
+    TCONTRACT: tl.constexpr, APPLY: tl.constexpr, SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), splits, batch). Program (s, p, i) sums the splits' W tiles of its
     columns (project_split_kernel's), forms T^T W, and writes C - V (T^T W) on its rows and
     columns of matrix i's trailing block."""
+    src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
+    dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     s = tl.program_id(0)
     p = tl.program_id(1)
     pid = tl.program_id(2).to(tl.int64)
@@ -222,11 +239,12 @@ def strip_launch(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row_o
     as they are, or split_strip with the rows split over programs."""
     n = dst.shape[1]
     BN = strip_columns(strip, ncols)
-    args = dict(src_ptr=src, dst_ptr=dst, v_ptr=V, t_ptr=T, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
+    table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst)
+    args = dict(src_ptr=src, dst_ptr=dst, v_ptr=V, t_ptr=T, table_ptr=table, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
                 v_row_off=row0 if v_row_off is None else v_row_off, v_col_off=v_col_off, v_ld=V.shape[2],
                 t_bs=T.stride(0), t_ld=T.stride(1))
     constants = dict(BB=T.shape[-1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages,
-                     PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply)
+                     PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply, **slots)
     return args, constants, strip.num_warps, triton.cdiv(ncols, BN)
 
 
@@ -257,10 +275,11 @@ def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off:
     ncols = n - col0 if ncols is None else ncols
     BN = strip_columns(strip, ncols)
     grid = (triton.cdiv(ncols, BN), dst.shape[0])
-    rank_update_kernel[grid](src, dst, V, W, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
+    table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst)
+    rank_update_kernel[grid](src, dst, V, W, table, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
                              v_row_off=v_row_off, v_col_off=0, v_ld=V.shape[2], w_bs=W.stride(0), w_ld=W.stride(1),
                              BB=W.shape[1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages, APPLY=precision,
-                             num_warps=strip.num_warps)
+                             **slots, num_warps=strip.num_warps)
 
 
 def split_strip(args, constants, num_warps, col_tiles, rows_per):
@@ -273,11 +292,13 @@ def split_strip(args, constants, num_warps, col_tiles, rows_per):
     split = dict(rows_per=rows_per, w_ptr=W, w_bs=W.stride(0), w_ss=W.stride(1), w_ld=W.stride(2))
     grid = (col_tiles, splits, dst.shape[0])
     shared = {name: args[name] for name in ("n", "L", "ncols", "c_off", "v_row_off", "v_col_off", "v_ld")}
-    project_split_kernel[grid](src_ptr=args["src_ptr"], v_ptr=args["v_ptr"], **shared, **split,
-                               PROJECT=constants["PROJECT"], **tiles)
+    project_split_kernel[grid](src_ptr=args["src_ptr"], v_ptr=args["v_ptr"], table_ptr=args["table_ptr"],
+                               **shared, **split, PROJECT=constants["PROJECT"], SRC_SLOT=constants["SRC_SLOT"],
+                               **tiles)
     apply_split_kernel[grid](src_ptr=args["src_ptr"], dst_ptr=dst, v_ptr=args["v_ptr"], t_ptr=args["t_ptr"],
-                             t_bs=args["t_bs"], t_ld=args["t_ld"], splits=splits, **shared, **split,
-                             TCONTRACT=constants["TCONTRACT"], APPLY=constants["APPLY"], **tiles)
+                             table_ptr=args["table_ptr"], t_bs=args["t_bs"], t_ld=args["t_ld"], splits=splits,
+                             **shared, **split, TCONTRACT=constants["TCONTRACT"], APPLY=constants["APPLY"],
+                             SRC_SLOT=constants["SRC_SLOT"], DST_SLOT=constants["DST_SLOT"], **tiles)
 
 
 def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precision):
@@ -292,9 +313,10 @@ def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precisi
     ncols = n - col0
     BN = strip_columns(strip, ncols)
     Wc = W[:, :, col0:]
+    table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst)
     fused_strip_kernel[(triton.cdiv(ncols, BN), dst.shape[0])](
-        src, dst, Vb if Va is None else Va, Vb, Wc, Tb, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
+        src, dst, Vb if Va is None else Va, Vb, Wc, Tb, table, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
         v_row_off=row0, v_ld=Vb.shape[2], next_row=next_row - row0, w_bs=Wc.stride(0), w_ld=Wc.stride(1),
         t_bs=Tb.stride(0), t_ld=Tb.stride(1), BB=Tb.shape[-1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages,
         PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply,
-        APPLY_PREV=Va is not None, num_warps=strip.num_warps)
+        APPLY_PREV=Va is not None, **slots, num_warps=strip.num_warps)

@@ -160,6 +160,32 @@ def test_inplace_graphs_keep_the_outputs_of_clones_at_one_address():
             assert harness_check(A, H, tau) < 0.5
 
 
+@pytest.mark.parametrize("strip", [dict(bm=16, bn=64, fuse_next=True), dict(bm=32, bn=16),
+                                   dict(bm=32, bn=16, split_rows=64)])
+def test_relocated_graphs_replay_any_input_into_fresh_outputs(strip):
+    """graph.mode relocate: captured on the first call, then replayed on other tensors (freed,
+    new, refilled in place, clones); each replay must give the eager call's factors of the
+    tensor it was given, in outputs of its own, which later calls leave alone."""
+    settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**9)
+    # Graphs are kept by route name and shape: a name per strip, or one test's graph replays in the next
+    name = "relocate-test-" + "-".join(f"{k}{v}" for k, v in strip.items())
+    graphed = route(name, panel=dict(width=32, num_warps=4), strip=strip, graph=dict(mode="relocate"))
+    routing.qr_routed(gpu_matrices(4, 200, seed=9), [graphed], settings)  # eager, then captured (freed after)
+    inputs = [gpu_matrices(4, 200, seed=s) for s in range(3)]
+    calls = inputs + [inputs[0].clone()]
+    outputs = [routing.qr_routed(A, [graphed], settings) for A in calls]
+    expected = [DRIVERS["blocked"](A, graphed) for A in calls]
+    inputs[1].copy_(gpu_matrices(4, 200, seed=7))  # refilled in place: the next replay reads it as it is now
+    outputs.append(routing.qr_routed(inputs[1], [graphed], settings))
+    expected.append(DRIVERS["blocked"](inputs[1], graphed))
+    for (H, tau), (H_ref, tau_ref) in zip(outputs, expected):
+        torch.testing.assert_close(H, H_ref, rtol=0, atol=0)
+        torch.testing.assert_close(tau, tau_ref, rtol=0, atol=0)
+    assert len({H.data_ptr() for H, _ in outputs}) == len(outputs)
+    key = (name, (4, 200, 200), "cuda:0")
+    assert key in routing._RELOCATED_GRAPHS.graphs, "the route ran through its graph"
+
+
 @pytest.mark.parametrize("n,width,warps", [(512, 32, 4), (1024, 16, 8), (176, 16, 4), (32, 32, 2), (64, 16, 4)])
 def test_grouped_panel_shuffle_on_gpu(n, width, warps):
     """PanelKnobs.broadcast shuffle: the indexed shuffle assumes the layout Triton gives the

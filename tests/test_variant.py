@@ -129,7 +129,7 @@ REJECTS = [
     ("    twolevel: {far_precision: fp16}\n", "4:31", ["twolevel.far_precision", "one of fp32, tf32"]),
     ("    coop: {programs: 3}\n", "4:22", ["coop.programs", "power of two in 1..64"]),
     ("    coop: {max_rows: 0}\n", "4:22", ["coop.max_rows", "an integer >= 1"]),
-    ("    graph: {mode: on}\n", "4:19", ["graph.mode", "'on'", "one of off, capture, inplace, concurrent"]),
+    ("    graph: {mode: on}\n", "4:19", ["graph.mode", "'on'", "one of off, capture, inplace, relocate, concurrent"]),
     ("    graph: {mode: concurrent}\n", "4:19", ["graph.mode", "got concurrent with graph.groups 0",
                                                  "graph.groups 2..32"]),
     ("    graph: {mode: concurrent, groups: 1}\n", "4:19", ["graph.mode", "with graph.groups 1"]),
@@ -351,7 +351,7 @@ def test_champion_routes_the_benchmark_shapes():
     assert v.route_for(32, 20).driver == "blocked"
     assert v.route_for(176, 40).panel.width == 16
     big = v.route_for(512, 640)
-    assert (big.driver, big.panel.width, big.graph.mode) == ("blocked", 32, "capture")
+    assert (big.driver, big.panel.width, big.graph.mode) == ("blocked", 32, "relocate")
     assert v.route_for(1024, 60).driver == "twolevel"
     assert v.route_for(2048, 8).driver == "coop"
     assert v.route_for(4096, 2).coop.programs == 4
@@ -364,16 +364,20 @@ def test_variations_differ_from_the_champion_only_where_they_say():
         return diff_variants(champion, load_variant(VARIANTS / name))
 
     nograph = diff("champion-nograph.yaml")
-    assert len(nograph) == 6 and all(line.endswith(("graph.mode: capture -> off", "graph.mode: inplace -> off"))
+    assert len(nograph) == 6 and all(line.endswith(tuple(f"graph.mode: {mode} -> off" for mode in
+                                                         ("capture", "inplace", "relocate")))
                                      for line in nograph)
-    assert diff("champion-capture.yaml") == ["route tiny: graph.mode: inplace -> capture",
+    assert diff("champion-capture.yaml") == ["settings.graph_max_numel: 200000000 -> 100000000",
+                                             "route tiny: graph.mode: inplace -> capture",
+                                             "route small: graph.mode: relocate -> capture",
+                                             "route mid: graph.mode: relocate -> capture",
                                              "route large: graph.mode: inplace -> capture"]
     assert diff("champion-outer32-2048.yaml") == ["route huge: twolevel.outer: 128 -> 32"]
     assert diff("champion-tproduct.yaml") == [f"route {r}: twolevel.far_tcontract: fp32 -> tf32x3"
                                               for r in ("huge", "giant")]
     assert any("panel.num_warps" in line for line in diff("champion-warps-by-batch.yaml"))
     assert load_variant(VARIANTS / "b200.yaml").gpu == "B200"
-    assert diff("champion-concurrent.yaml") == ["route mid: graph.mode: capture -> concurrent",
+    assert diff("champion-concurrent.yaml") == ["route mid: graph.mode: relocate -> concurrent",
                                                 "route mid: graph.groups: 0 -> 10"]
 
 

@@ -65,11 +65,19 @@ def kernel_module(name: str):
         return importlib.import_module(f"kernels.{name}")
 
 
+def argument_type(name: str) -> str:
+    """A kernel argument's type by its name: the relocation table (relocate.py) holds int64
+    offsets, any other *_ptr points at fp32, the rest are ints."""
+    if name == "table_ptr":
+        return "*i64"
+    return "*fp32" if name.endswith("_ptr") else "i32"
+
+
 def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0):
     """fn compiled for sm_90: every argument not in constants a pointer (named *_ptr) or an int,
-    all divisible by 16."""
-    signature = {a: "constexpr" if a in constants else ("*fp32" if a.endswith("_ptr") else "i32")
-                 for a in fn.arg_names}
+    all divisible by 16. A relocation slot (*_SLOT) not given is NO_SLOT."""
+    constants = {**{a: -1 for a in fn.arg_names if a.endswith("_SLOT")}, **constants}
+    signature = {a: "constexpr" if a in constants else argument_type(a) for a in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a not in constants}
     try:
         source = ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
