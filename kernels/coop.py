@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .panel import column_sums, interpreted, load_slice, padded_width, pick_warps, reflect, store_v
+from .panel import column_sums, interpreted, load_slice, padded_width, by_rows, reflect, store_v
 from .scratch import scratch
 
 
@@ -183,5 +183,5 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, v_col_o
         n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
         j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, SLOTS=exchange == "slots",
-        UNROLL=knobs.unroll, num_warps=pick_warps(knobs.num_warps, BR),
+        UNROLL=knobs.unroll, num_warps=by_rows(knobs.num_warps, BR),
     )

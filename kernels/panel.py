@@ -503,13 +503,14 @@ def row_tiles_of(L: int, row_tiles: int, BB: int = MIN_DOT_WIDTH) -> tuple:
     return BL, 0
 
 
-def pick_warps(rule, rows: int) -> int:
-    """num_warps from PanelKnobs.num_warps: an int, or ((rows_max, warps), ...) (rows_max None = any)."""
+def by_rows(rule, rows: int) -> int:
+    """A plan.ByRows knob's value for a panel of ROWS padded rows (PanelKnobs.num_warps,
+    max_registers): an int, or ((rows_max, value), ...) (rows_max None = any)."""
     if isinstance(rule, int):
         return rule
-    for rows_max, warps in rule:
+    for rows_max, value in rule:
         if rows_max is None or rows <= rows_max:
-            return warps
+            return value
     return rule[-1][1]
 
 
@@ -551,9 +552,11 @@ def pending_launch(pending, src, j):
 
 
 def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None):
-    """(arguments, compile-time constants, num_warps) of panel_program for columns [j, j+bw) of
-    every matrix, by parameter name, as householder_panel launches them. PanelKnobs.broadcast
-    shuffle takes the grouped program where its layout holds: a full-width panel in one row
+    """(arguments, compile-time constants, launch options: num_warps and any register cap) of
+    panel_program for columns [j, j+bw) of every matrix, by parameter name, as householder_panel
+    launches them. PanelKnobs.num_warps and max_registers pick their values by the padded
+    height. PanelKnobs.broadcast shuffle takes the grouped program where its layout holds: a
+    full-width panel in one row
     tile whose rows start 16-byte aligned (n and j multiples of 16) and that holds at least 4
     values a thread, so that Triton loads 4 columns a thread (ptxas and the TTGIR for sm_90
     show that layout at every such shape we compiled; a tile of 2 values a thread splits a
@@ -571,7 +574,7 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
         t_bs=T.stride(0) if T is not None else 0, t_ld=T.stride(1) if T is not None else 0,
         v_row_off=j if v_row_off is None else v_row_off, v_col_off=v_col_off,
         v_ld=V.shape[2] if V is not None else 0)
-    num_warps = pick_warps(knobs.num_warps, BL + BL2)
+    num_warps = by_rows(knobs.num_warps, BL + BL2)
     grouped = (knobs.broadcast == "shuffle" and bw == BB and BL2 == 0 and n % 16 == 0 and j % 16 == 0
                and BL * BB >= 4 * 32 * num_warps)
     constants = dict(BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
@@ -581,7 +584,8 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     pre_args, pre_constants = pending_launch(pending, src, j)
     table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst, TAU_SLOT=tau,
                                    PRE_SLOT=pending.src if pending is not None else None)
-    return {**args, **pre_args, "table_ptr": table}, {**constants, **pre_constants, **slots}, num_warps
+    options = {"num_warps": num_warps, **register_cap(by_rows(knobs.max_registers, BL + BL2))}
+    return {**args, **pre_args, "table_ptr": table}, {**constants, **pre_constants, **slots}, options
 
 
 def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None):
@@ -594,10 +598,9 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_o
     v_row_off + r, default j) so a two-level block can stack its panels.
     pending (Pending, or None): an update of the panel's columns to apply first.
     """
-    args, constants, num_warps = panel_launch(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off,
-                                              v_row_off=v_row_off, pending=pending)
-    householder_panel_kernel[(dst.shape[0],)](**args, **constants, num_warps=num_warps,
-                                               **register_cap(knobs.max_registers))
+    args, constants, options = panel_launch(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off,
+                                            v_row_off=v_row_off, pending=pending)
+    householder_panel_kernel[(dst.shape[0],)](**args, **constants, **options)
 
 
 def register_cap(max_registers: int) -> dict:

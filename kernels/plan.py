@@ -119,21 +119,24 @@ class Flag:
 
 
 @dataclass(frozen=True)
-class WarpsRule:
-    """num_warps: a power of two 1..32, or ((rows_max, warps), ...) with rows_max ascending
-    (None, meaning any height, only last): the first pair whose rows_max >= the padded height."""
+class ByRows:
+    """One value that EACH allows, or ((rows_max, value), ...) with rows_max ascending (None,
+    meaning any height, only last): the first pair whose rows_max >= the padded panel height
+    applies (panel.by_rows picks it)."""
+
+    each: object
 
     def problem(self, value):
-        text = ("a power of two in 1..32, or a list of [rows_max, warps] pairs with rows_max "
-                "ascending integers (null, meaning any height, only last) and warps a power of two in 1..32")
-        warps = Pow2(1, 32)
-        if warps.problem(value) is None:
+        one = self.each.problem(None)  # what one value may be, in words
+        text = (f"{one}, or a list of [rows_max, value] pairs with rows_max ascending integers "
+                f"(null, meaning any height, only last) and each value {one}")
+        if self.each.problem(value) is None:
             return None
         if not isinstance(value, (list, tuple)) or not value:
             return text
         last = 0
         for i, pair in enumerate(value):
-            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and warps.problem(pair[1]) is None):
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and self.each.problem(pair[1]) is None):
                 return text
             rows = pair[0]
             if rows is None and i != len(value) - 1:
@@ -156,8 +159,8 @@ def knob(default, allowed, doc: str):
 @dataclass(frozen=True)
 class PanelKnobs:
     width: int = knob(32, Pow2(1, 64), "panel width b: columns factored per panel launch")
-    num_warps: object = knob(4, WarpsRule(), "panel num_warps, or [[rows_max, warps], ...]: the first "
-                                             "pair whose rows_max >= the padded panel height")
+    num_warps: object = knob(4, ByRows(Pow2(1, 32)), "panel num_warps, or [[rows_max, warps], ...]: the "
+                                                     "first pair whose rows_max >= the padded panel height")
     row_tiles: int = knob(1, IntRange(1, 2), "the panel's rows in registers as 1 tile of the padded height, "
                                            "or 2 tiles (half of it plus the rest padded) when that holds fewer")
     unroll: int = knob(0, Pow2(1, 8, zero_is_off=True), "reflectors per iteration of the panel's loop, "
@@ -175,9 +178,11 @@ class PanelKnobs:
     apply_pending: bool = knob(False, Flag(), "with strip.fuse_next: the panel first applies the previous "
                                               "panel's update to its own columns (C - Y W, W from the fused "
                                               "pass), in place of a separate launch that writes them once more")
-    max_registers: int = knob(0, IntRange(0, 255), "registers per thread the panel may use (ptxas maxnreg; "
-                                                   "it spills the rest), so that more programs share an "
-                                                   "SM; 0: the compiler's choice (up to 255)")
+    max_registers: object = knob(0, ByRows(IntRange(0, 255)), "registers per thread the panel may use "
+                                                              "(ptxas maxnreg; it spills the rest), so that "
+                                                              "more programs share an SM; 0: the compiler's "
+                                                              "choice (up to 255); or [[rows_max, registers], "
+                                                              "...] as num_warps")
 
 
 @dataclass(frozen=True)

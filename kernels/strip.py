@@ -240,7 +240,8 @@ def strip_launch(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row_o
     n = dst.shape[1]
     BN = strip_columns(strip, ncols)
     table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst)
-    args = dict(src_ptr=src, dst_ptr=dst, v_ptr=V, t_ptr=T, table_ptr=table, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
+    args = dict(src_ptr=src, dst_ptr=dst, v_ptr=V, t_ptr=T, table_ptr=table, n=n, L=n - row0, ncols=ncols,
+                c_off=row0 * n + col0,
                 v_row_off=row0 if v_row_off is None else v_row_off, v_col_off=v_col_off, v_ld=V.shape[2],
                 t_bs=T.stride(0), t_ld=T.stride(1))
     constants = dict(BB=T.shape[-1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages,

@@ -57,6 +57,9 @@ def test_cooperative_panel_with_several_programs(programs, exchange, unroll):
     # the panel capped at 168 registers (it spills; champion-panelregs)
     ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", max_registers=168),
                           strip=dict(bm=16, bn=64))),
+    # ... only on panels of at most 256 padded rows (no spill there: champion-shortregs)
+    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", max_registers=((256, 168), (None, 0))),
+                          strip=dict(bm=16, bn=128, fuse_next=True))),
     ("twolevel", 520, dict(panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=64),
                            twolevel=dict(outer=32, far_update="strip", block_t="kernel", gram="fp16x3"))),
     ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),

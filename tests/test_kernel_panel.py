@@ -4,7 +4,7 @@ import torch
 from kernel_helpers import DEVICE, special_matrices
 
 from qrsub.kernels.naive import panel_ref
-from qrsub.kernels.panel import householder_panel, padded_width, pick_warps, row_tiles_of
+from qrsub.kernels.panel import householder_panel, padded_width, by_rows, row_tiles_of
 from qrsub.kernels.plan import PanelKnobs
 
 
@@ -70,11 +70,11 @@ def test_zero_tail_gives_zero_tau_and_keeps_the_column(unroll):
     assert tau[0, 1] > 0
 
 
-def test_pick_warps_rules():
-    assert pick_warps(8, 512) == 8
+def test_by_rows_rules():
+    assert by_rows(8, 512) == 8
     rule = [[128, 2], [512, 4], [None, 8]]
-    assert [pick_warps(rule, r) for r in (64, 128, 256, 512, 1024)] == [2, 2, 4, 4, 8]
-    assert pick_warps([[128, 2]], 4096) == 2
+    assert [by_rows(rule, r) for r in (64, 128, 256, 512, 1024)] == [2, 2, 4, 4, 8]
+    assert by_rows([[128, 2]], 4096) == 2
 
 
 def test_two_row_tiles_only_where_they_hold_fewer_rows():
@@ -93,6 +93,19 @@ def test_a_register_cap_is_a_launch_option_only_when_set():
     from qrsub.kernels.panel import register_cap
 
     assert register_cap(0) == {} and register_cap(168) == {"maxnreg": 168}
+
+
+def test_a_register_cap_by_rows_caps_only_the_short_panels():
+    """panel.max_registers [[256, 168], [null, 0]]: 168 registers at a padded height of 256 or
+    less (three 4-warp programs an SM without a spill, ptxas for sm_90), none above."""
+    from qrsub.kernels.panel import panel_launch
+
+    A, tau = torch.zeros(2, 320, 320), torch.zeros(2, 320)
+    knobs = PanelKnobs(width=32, max_registers=[[256, 168], [None, 0]])
+    options = {j: panel_launch(A, A, tau, None, None, j, 32, knobs=knobs)[2] for j in (0, 64, 288)}
+    assert options[0] == {"num_warps": 4}, "320 rows pad to 512: no cap"
+    assert options[64] == {"num_warps": 4, "maxnreg": 168}, "256 rows"
+    assert options[288] == {"num_warps": 4, "maxnreg": 168}, "32 rows"
 
 
 def test_a_capped_panel_factors_like_an_uncapped_one():

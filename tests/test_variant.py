@@ -98,7 +98,7 @@ REJECTS = [
     ("    panel: {width: 128}\n", "4:20", ["panel.width", "power of two in 1..64"]),
     ("    panel: {width: true}\n", "4:20", ["panel.width", "got True"]),
     ("    panel: {width: '32'}\n", "4:20", ["panel.width", "got '32'"]),
-    ("    panel: {num_warps: 3}\n", "4:24", ["panel.num_warps", "got 3", "[rows_max, warps]"]),
+    ("    panel: {num_warps: 3}\n", "4:24", ["panel.num_warps", "got 3", "[rows_max, value]"]),
     ("    panel: {num_warps: [[256, 4], [128, 2]]}\n", "4:24", ["panel.num_warps", "ascending"]),
     ("    panel: {num_warps: [[null, 4], [128, 2]]}\n", "4:24", ["panel.num_warps", "only last"]),
     ("    panel: {num_warps: [[128, 3]]}\n", "4:24", ["panel.num_warps"]),

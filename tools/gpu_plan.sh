@@ -37,8 +37,8 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
-# The variants the next check benches against the champion (none built yet: tenth session).
-EXPERIMENTS=""
+# The mid panel capped at 168 registers on panels of at most 256 rows (three programs an SM there).
+EXPERIMENTS="variants/champion-shortregs.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
