@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .panel import column_sums, interpreted, load_slice, padded_width, by_rows, reflect, store_v
+from .launch import interpreted, pdl_launch, wait_for_previous
+from .panel import by_rows, column_sums, load_slice, padded_width, reflect, store_v
 from .scratch import scratch
 
 
@@ -110,7 +111,7 @@ def coop_panel_kernel(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, part_ptr, count_ptr,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, FULL: tl.constexpr,
-    SLOTS: tl.constexpr, UNROLL: tl.constexpr,
+    SLOTS: tl.constexpr, UNROLL: tl.constexpr, PDL: tl.constexpr,
 ):
     """Grid: (NC, batch). Program (p, i) owns panel rows [p*BR, (p+1)*BR) of matrix i.
 
@@ -122,7 +123,9 @@ def coop_panel_kernel(
     (the exchange slots are indexed by k, so the extra zero columns of a narrow panel use
     slots that exist: there are BB of them). Invariants: NC, BR, BB powers of two,
     BB >= 16, BR >= BB, NC * BR >= L, and all NC programs of a matrix co-resident.
+    PDL: launch.wait_for_previous first (before any program spins on another).
     """
+    wait_for_previous(PDL)
     p = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
     rows = p * BR + tl.arange(0, BR)
@@ -183,5 +186,5 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, v_col_o
         n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
         j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, SLOTS=exchange == "slots",
-        UNROLL=knobs.unroll, num_warps=by_rows(knobs.num_warps, BR),
+        UNROLL=knobs.unroll, num_warps=by_rows(knobs.num_warps, BR), **pdl_launch(),
     )

@@ -15,13 +15,13 @@ j < k store v_j below their diagonal), which is what T's column k needs.
 The cooperative panel (coop.py) uses the same two steps, summing row_k and
 proj across programs in between.
 """
-import os
 from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
+from .launch import interpreted, pdl_launch, wait_for_previous
 from .precision import dot_prec
 from .relocate import moved, relocation_args
 
@@ -220,6 +220,7 @@ def householder_panel_kernel(
     SHUFFLE: tl.constexpr, PENDING: tl.constexpr, YB: tl.constexpr, PRE_BM: tl.constexpr,
     PRE_APPLY: tl.constexpr, SPLIT: tl.constexpr,
     SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, TAU_SLOT: tl.constexpr, PRE_SLOT: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Grid: (batch,). Program i owns the whole panel of matrix i (panel_program).
 
@@ -228,7 +229,8 @@ def householder_panel_kernel(
     pre_src_ptr), and the panel then reads dst; a barrier orders the program's own stores
     before its loads. SPLIT (PanelKnobs.split 2, where the grouped program runs and BB >= 32):
     panel_program_split instead. src, dst, tau and pre_src move by the relocation table's slots
-    (relocate.py; NO_SLOT: as given)."""
+    (relocate.py; NO_SLOT: as given). PDL: launch.wait_for_previous first."""
+    wait_for_previous(PDL)
     src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
     dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     tau_ptr = moved(tau_ptr, table_ptr, TAU_SLOT)
@@ -474,11 +476,6 @@ def panel_program_split(
         tl.store(t_at + right[:, None] * t_ld + right[None, :], T2)
 
 
-def interpreted() -> bool:
-    """Triton's interpreter runs the kernels (CPU tensors): no inline assembly, one program at a time."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def padded_width(bw: int) -> int:
     """BB, the padded panel width: a power of two, at least 16 so that T and V feed tl.dot."""
     return max(MIN_DOT_WIDTH, triton.next_power_of_2(bw))
@@ -600,7 +597,7 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_o
     """
     args, constants, options = panel_launch(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off,
                                             v_row_off=v_row_off, pending=pending)
-    householder_panel_kernel[(dst.shape[0],)](**args, **constants, **options)
+    householder_panel_kernel[(dst.shape[0],)](**args, **constants, **options, **pdl_launch())
 
 
 def register_cap(max_registers: int) -> dict:

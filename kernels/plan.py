@@ -291,6 +291,9 @@ class Settings:
     packed_outputs: bool = knob(True, Flag(), "clone H and tau out of a graph.mode capture route's buffers in "
                                               "one copy (the drivers put them in one buffer): a launch less a "
                                               "call; false: one copy each")
+    pdl: bool = knob(False, Flag(), "launch the Triton kernels with programmatic dependent launch (Hopper and "
+                                    "later; one queue): each kernel's programs are placed while the one before "
+                                    "it finishes, and wait for it before they touch memory")
 
 
 # Section name -> its knob group; the order of the variant files.

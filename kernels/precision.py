@@ -18,6 +18,8 @@ whose magnitudes stay far below that for qr_v2's inputs.
 import triton
 import triton.language as tl
 
+from .launch import pdl_launch, wait_for_previous
+
 
 @triton.jit
 def split_fp16(x):
@@ -73,9 +75,10 @@ def dot_prec(a, b, acc, PREC: tl.constexpr):
 
 
 @triton.jit
-def round_tf32_kernel(x_ptr, y_ptr, numel, BLOCK: tl.constexpr):
+def round_tf32_kernel(x_ptr, y_ptr, numel, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """Grid: (cdiv(numel, BLOCK),). Program p writes round_tf32 of elements [p*BLOCK, (p+1)*BLOCK)
-    of the contiguous x to y (which may be x)."""
+    of the contiguous x to y (which may be x). PDL: launch.wait_for_previous first."""
+    wait_for_previous(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     tl.store(y_ptr + offs, round_tf32(tl.load(x_ptr + offs, mask=mask)), mask=mask)
@@ -87,5 +90,5 @@ def rounded_tf32(x, out):
     straight to shared memory instead of rounding them in registers on the way."""
     assert x.is_contiguous() and out.is_contiguous() and x.numel() == out.numel()
     block = 1024
-    round_tf32_kernel[(triton.cdiv(x.numel(), block),)](x, out, x.numel(), BLOCK=block)
+    round_tf32_kernel[(triton.cdiv(x.numel(), block),)](x, out, x.numel(), BLOCK=block, **pdl_launch())
     return out

@@ -20,7 +20,7 @@ from triton.runtime.errors import OutOfResources, PTXASError
 from .blocked import qr_blocked, qr_coop, qr_geqrf, qr_twolevel
 from .fallback import FALLBACK_LINE, STRICT_ENV
 from .graphs import GroupGraphs, InputGraphs, RelocatedGraphs, ShapeGraphs, graph_wanted
-from .panel import interpreted
+from .launch import dependent_launches, interpreted
 from .plan import DRIVERS
 
 # Each driver name of plan.DRIVERS is the function qr_<name>.
@@ -99,7 +99,8 @@ def qr_routed(A: torch.Tensor, routes, settings):
         return torch.geqrf(A)
     driver = functools.partial(qr, route=route)
     try:
-        out = run_graphed(route, settings, driver, A) if graph_wanted(route, settings, A) else driver(A)
+        with dependent_launches(settings.pdl):
+            out = run_graphed(route, settings, driver, A) if graph_wanted(route, settings, A) else driver(A)
     except BUILD_ERRORS as err:  # only a first launch may fall back: later, the kernels are built
         if route.name in _LAUNCHED_ROUTES:
             raise

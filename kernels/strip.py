@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
+from .launch import pdl_launch, wait_for_previous
 from .precision import dot_prec
 from .relocate import moved, relocation_args
 from .scratch import scratch
@@ -63,10 +64,11 @@ def trailing_strip_kernel(
     n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
     PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr,
-    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr,
+    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, PDL: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) is strip_program(s, i), its src and dst
     moved by the relocation table's slots (relocate.py; NO_SLOT: as given)."""
+    wait_for_previous(PDL)
     src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
     dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     strip_program(src_ptr, dst_ptr, v_ptr, t_ptr, tl.program_id(0), tl.program_id(1).to(tl.int64),
@@ -108,7 +110,7 @@ def fused_strip_kernel(
     n, L, ncols, c_off, v_row_off, v_ld, next_row, w_bs, w_ld, t_bs, t_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
     PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr, APPLY_PREV: tl.constexpr,
-    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr,
+    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, PDL: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) owns columns [s*BN, (s+1)*BN) of matrix i's
     trailing block (rows [0, L) x columns [0, ncols) from element c_off, read from src_ptr,
@@ -125,6 +127,7 @@ def fused_strip_kernel(
     Invariants: BB, BM, BN are powers of two >= 16; each program reads and writes
     only its own W columns, so W_b may overwrite W_a in place.
     """
+    wait_for_previous(PDL)
     src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
     dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     s = tl.program_id(0)
@@ -159,13 +162,14 @@ def rank_update_kernel(
     src_ptr, dst_ptr, v_ptr, w_ptr, table_ptr,
     n, L, ncols, c_off, v_row_off, v_col_off, v_ld, w_bs, w_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr, APPLY: tl.constexpr,
-    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr,
+    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, PDL: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) writes C - V W on columns [s*BN, (s+1)*BN)
     of matrix i's block (rows [0, L), read from src_ptr, written to dst_ptr, as strip_program's),
     W given: BB x ncols at w_ptr + i*w_bs, row stride w_ld. The last product of a cuBLAS far
     update, where C and the result live in different tensors (A and H). src and dst move by the
     relocation table's slots (relocate.py)."""
+    wait_for_previous(PDL)
     src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
     dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     s = tl.program_id(0)
@@ -181,12 +185,13 @@ def rank_update_kernel(
 def project_split_kernel(
     src_ptr, v_ptr, w_ptr, table_ptr, n, L, ncols, c_off, v_row_off, v_col_off, v_ld, rows_per, w_bs, w_ss, w_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr, PROJECT: tl.constexpr,
-    SRC_SLOT: tl.constexpr,
+    SRC_SLOT: tl.constexpr, PDL: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), splits, batch). Program (s, p, i) writes W_p = V^T C over rows
     [p*rows_per, (p+1)*rows_per) of matrix i's trailing block and its columns [s*BN, (s+1)*BN)
     to the BB x BN tile at w_ptr + i*w_bs + p*w_ss + s*BN (row stride w_ld).
     Arguments otherwise as trailing_strip_kernel's. Invariant: rows_per is a multiple of BM."""
+    wait_for_previous(PDL)
     src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
     s = tl.program_id(0)
     p = tl.program_id(1)
@@ -205,10 +210,12 @@ def apply_split_kernel(
     n, L, ncols, c_off, v_row_off, v_col_off, v_ld, t_bs, t_ld, rows_per, splits, w_bs, w_ss, w_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
     TCONTRACT: tl.constexpr, APPLY: tl.constexpr, SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), splits, batch). Program (s, p, i) sums the splits' W tiles of its
     columns (project_split_kernel's), forms T^T W, and writes C - V (T^T W) on its rows and
     columns of matrix i's trailing block."""
+    wait_for_previous(PDL)
     src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
     dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     s = tl.program_id(0)
@@ -263,7 +270,7 @@ def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row
     if strip.split_rows and args["L"] > strip.split_rows:
         split_strip(args, constants, num_warps, col_tiles, strip.split_rows)
         return
-    trailing_strip_kernel[(col_tiles, dst.shape[0])](**args, **constants, num_warps=num_warps)
+    trailing_strip_kernel[(col_tiles, dst.shape[0])](**args, **constants, num_warps=num_warps, **pdl_launch())
 
 
 def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off: int, ncols=None):
@@ -280,7 +287,7 @@ def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off:
     rank_update_kernel[grid](src, dst, V, W, table, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
                              v_row_off=v_row_off, v_col_off=0, v_ld=V.shape[2], w_bs=W.stride(0), w_ld=W.stride(1),
                              BB=W.shape[1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages, APPLY=precision,
-                             **slots, num_warps=strip.num_warps)
+                             **slots, num_warps=strip.num_warps, **pdl_launch())
 
 
 def split_strip(args, constants, num_warps, col_tiles, rows_per):
@@ -295,11 +302,12 @@ def split_strip(args, constants, num_warps, col_tiles, rows_per):
     shared = {name: args[name] for name in ("n", "L", "ncols", "c_off", "v_row_off", "v_col_off", "v_ld")}
     project_split_kernel[grid](src_ptr=args["src_ptr"], v_ptr=args["v_ptr"], table_ptr=args["table_ptr"],
                                **shared, **split, PROJECT=constants["PROJECT"], SRC_SLOT=constants["SRC_SLOT"],
-                               **tiles)
+                               **tiles, **pdl_launch())
     apply_split_kernel[grid](src_ptr=args["src_ptr"], dst_ptr=dst, v_ptr=args["v_ptr"], t_ptr=args["t_ptr"],
                              table_ptr=args["table_ptr"], t_bs=args["t_bs"], t_ld=args["t_ld"], splits=splits,
                              **shared, **split, TCONTRACT=constants["TCONTRACT"], APPLY=constants["APPLY"],
-                             SRC_SLOT=constants["SRC_SLOT"], DST_SLOT=constants["DST_SLOT"], **tiles)
+                             SRC_SLOT=constants["SRC_SLOT"], DST_SLOT=constants["DST_SLOT"], **tiles,
+                             **pdl_launch())
 
 
 def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precision):
@@ -320,4 +328,4 @@ def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precisi
         v_row_off=row0, v_ld=Vb.shape[2], next_row=next_row - row0, w_bs=Wc.stride(0), w_ld=Wc.stride(1),
         t_bs=Tb.stride(0), t_ld=Tb.stride(1), BB=Tb.shape[-1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages,
         PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply,
-        APPLY_PREV=Va is not None, **slots, num_warps=strip.num_warps)
+        APPLY_PREV=Va is not None, **slots, num_warps=strip.num_warps, **pdl_launch())

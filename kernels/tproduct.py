@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import pdl_launch, wait_for_previous
 from .precision import dot_prec
 from .scratch import scratch
 
@@ -23,7 +24,8 @@ T_PRODUCT_BK = 32
 
 @triton.jit
 def t_product_kernel(t_ptr, w_ptr, out_ptr, ncols, t_bs, t_ld, w_bs, w_ld, o_bs, o_ld,
-                     OB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+                     OB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+                     PDL: tl.constexpr):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) writes columns [s*BN, (s+1)*BN) of
     T_i^T W_i to out (out_ptr + i*o_bs, row stride o_ld), with T_i the OB x OB block T at
     t_ptr + i*t_bs (row stride t_ld, upper triangular) and W_i the OB x ncols matrix at
@@ -31,8 +33,9 @@ def t_product_kernel(t_ptr, w_ptr, out_ptr, ncols, t_bs, t_ld, w_bs, w_ld, o_bs,
 
     T^T is lower triangular: row block [k0, k0+BK) of T touches only out's rows >= k0, but
     every step still multiplies all OB rows (the zeros cost less than the masking would).
-    Invariants: OB, BN, BK powers of two >= 16, BK divides OB.
+    Invariants: OB, BN, BK powers of two >= 16, BK divides OB. PDL: launch.wait_for_previous first.
     """
+    wait_for_previous(PDL)
     s = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
     rows = tl.arange(0, OB)
@@ -54,6 +57,6 @@ def t_product(T: torch.Tensor, W: torch.Tensor, precision: str) -> torch.Tensor:
     out = scratch("t_product", (batch, ob, ncols), W.dtype, W.device)
     t_product_kernel[(triton.cdiv(ncols, T_PRODUCT_BN), batch)](
         T, W, out, ncols, T.stride(0), T.stride(1), W.stride(0), W.stride(1), out.stride(0), out.stride(1),
-        OB=ob, BN=T_PRODUCT_BN, BK=T_PRODUCT_BK, PREC=precision, num_warps=4,
+        OB=ob, BN=T_PRODUCT_BN, BK=T_PRODUCT_BK, PREC=precision, num_warps=4, **pdl_launch(),
     )
     return out

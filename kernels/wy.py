@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import pdl_launch, wait_for_previous
 from .precision import dot_prec
 from .scratch import scratch
 
@@ -40,7 +41,7 @@ def wy_merge(Y: torch.Tensor, inner_T: torch.Tensor, widths: list, out: torch.Te
 
 @triton.jit
 def block_t_kernel(g_ptr, tin_ptr, t_ptr, g_bs, g_ld, tin_bs, tin_ps, tin_ld, t_bs, t_ld,
-                   OB: tl.constexpr, B: tl.constexpr):
+                   OB: tl.constexpr, B: tl.constexpr, PDL: tl.constexpr):
     """Grid: (OB // B, batch). Program (r, i) writes rows [r*B, (r+1)*B) of matrix i's block T
     (OB x OB, zero below the diagonal; t_ptr + i*t_bs, row stride t_ld) from its Gram matrix
     G = Y^T Y (g_ptr + i*g_bs, row stride g_ld) and its OB/B inner T_k (B x B, at
@@ -50,7 +51,9 @@ def block_t_kernel(g_ptr, tin_ptr, t_ptr, g_bs, g_ld, tin_bs, tin_ps, tin_ld, t_
     r == k, zero for r > k. A row of blocks needs only its own earlier blocks, so the rows
     are independent programs, each walking its columns left to right. Products in IEEE fp32
     (FMA; the blocks are tiny). Invariants: OB and B powers of two, B >= 16, B divides OB.
+    PDL: launch.wait_for_previous first.
     """
+    wait_for_previous(PDL)
     r = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
     g = g_ptr + pid * g_bs
@@ -74,13 +77,14 @@ def block_t_kernel(g_ptr, tin_ptr, t_ptr, g_bs, g_ld, tin_bs, tin_ps, tin_ld, t_
 
 @triton.jit
 def gram_kernel(y_ptr, g_ptr, L, y_bs, y_ld, g_bs, g_ld,
-                OB: tl.constexpr, B: tl.constexpr, BM: tl.constexpr, PREC: tl.constexpr):
+                OB: tl.constexpr, B: tl.constexpr, BM: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr):
     """Grid: (OB // B, batch). Program (q, i) writes rows [q*B, (q+1)*B) of matrix i's Gram
     matrix G = Y^T Y (g_ptr + i*g_bs, row stride g_ld; OB columns), Y being L x OB at
     y_ptr + i*y_bs (row stride y_ld), unit lower trapezoidal: its block column q is zero
     above row q*B, so the row loop starts there. Products in PREC (precision.dot_prec).
-    Invariants: OB, B, BM powers of two >= 16, B divides OB.
+    Invariants: OB, B, BM powers of two >= 16, B divides OB. PDL: launch.wait_for_previous first.
     """
+    wait_for_previous(PDL)
     q = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
     y = y_ptr + pid * y_bs
@@ -103,7 +107,7 @@ def gram_product(Y: torch.Tensor, width: int, gram: str) -> torch.Tensor:
     batch, L, ob = Y.shape
     G = scratch("gram", (batch, ob, ob), Y.dtype, Y.device)
     gram_kernel[(ob // width, batch)](Y, G, L, Y.stride(0), Y.stride(1), G.stride(0), G.stride(1),
-                                      OB=ob, B=width, BM=32, PREC=gram, num_warps=4)
+                                      OB=ob, B=width, BM=32, PREC=gram, num_warps=4, **pdl_launch())
     return G
 
 
@@ -116,5 +120,6 @@ def block_t(Y: torch.Tensor, inner_T: torch.Tensor, width: int, out: torch.Tenso
     G = gram_product(Y, width, gram)
     block_t_kernel[(ob // width, batch)](
         G, inner_T, out, G.stride(0), G.stride(1), inner_T.stride(0), inner_T.stride(1),
-        inner_T.stride(2), out.stride(0), out.stride(1), OB=ob, B=width, num_warps=1 if width <= 16 else 2)
+        inner_T.stride(2), out.stride(0), out.stride(1), OB=ob, B=width, num_warps=1 if width <= 16 else 2,
+        **pdl_launch())
     return out

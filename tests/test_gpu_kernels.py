@@ -189,6 +189,36 @@ def test_relocated_graphs_replay_any_input_into_fresh_outputs(strip):
     assert key in routing._RELOCATED_GRAPHS.graphs, "the route ran through its graph"
 
 
+@pytest.mark.parametrize("graph", ["off", "relocate", "capture"])
+@pytest.mark.parametrize("driver,batch,n,knobs", [
+    ("blocked", 16, 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle"),
+                              strip=dict(bm=16, bn=128, num_warps=4, fuse_next=True))),
+    ("twolevel", 3, 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
+                               twolevel=dict(outer=128, far_precision="tf32", block_t="kernel", gram="fp16x3",
+                                             first_far="direct"))),
+    ("coop", 2, 2100, dict(panel=dict(width=16, unroll=4, num_warps=((None, 8),)),
+                           strip=dict(bm=64, bn=32, split_rows=256),
+                           twolevel=dict(outer=128, far_precision="tf32", block_t="kernel", gram="fp16x3"),
+                           coop=dict(programs=2, max_rows=1024, exchange="slots"))),
+])
+def test_programmatic_dependent_launch_changes_no_bit(driver, batch, n, knobs, graph):
+    """settings.pdl: each kernel waits for the one before it before touching memory, so the
+    factors are the same bits as without, eager or in a graph (a missing wait would race).
+    Several calls each, on fresh inputs, so that a race has chances to show."""
+    if graph == "relocate" and driver != "blocked":
+        pytest.skip("relocate is for the blocked driver only")
+    name = f"pdl-{driver}-{graph}"
+    graphed = route(name, driver=driver, graph=dict(mode=graph), **knobs)
+    inputs = [gpu_matrices(batch, n, seed=s) for s in range(3)]
+    results = {}
+    for pdl in (False, True):
+        settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**10, pdl=pdl)
+        results[pdl] = [routing.qr_routed(A, [graphed], settings) for A in inputs + inputs]
+    for (H0, tau0), (H1, tau1) in zip(results[False], results[True]):
+        torch.testing.assert_close(H1, H0, rtol=0, atol=0)
+        torch.testing.assert_close(tau1, tau0, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("n,width,warps", [(512, 32, 4), (1024, 16, 8), (176, 16, 4), (32, 32, 2), (64, 16, 4)])
 def test_grouped_panel_shuffle_on_gpu(n, width, warps):
     """PanelKnobs.broadcast shuffle: the indexed shuffle assumes the layout Triton gives the

@@ -37,8 +37,9 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
-# The mid panel capped at 168 registers on panels of at most 256 rows (three programs an SM there).
-EXPERIMENTS="variants/champion-shortregs.yaml"
+# The mid panel capped at 168 registers on panels of at most 256 rows (three programs an SM
+# there); programmatic dependent launch everywhere (settings.pdl).
+EXPERIMENTS="variants/champion-shortregs.yaml variants/champion-pdl.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
@@ -50,7 +51,7 @@ check)
     timeout 400 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $EXPERIMENTS $BASELINES --budget 260 \
         --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -60
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "grouped or inplace or relocate or shuffle or graph_replays or tf32 or (drivers_pass and not coop)" \
+        -k "grouped or inplace or relocate or pdl or shuffle or graph_replays or tf32 or (drivers_pass and not coop)" \
         2>&1 | tee "$OUT/gpu-tests.txt" | tail -5
     # Where the first experiment's 640x512 time goes now (about 15 s): `bash $0 ncu` below.
     if [ -n "$EXPERIMENTS" ]; then

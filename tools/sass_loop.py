@@ -75,8 +75,11 @@ def argument_type(name: str) -> str:
 
 def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0):
     """fn compiled for sm_90: every argument not in constants a pointer (named *_ptr) or an int,
-    all divisible by 16. A relocation slot (*_SLOT) not given is NO_SLOT."""
-    constants = {**{a: -1 for a in fn.arg_names if a.endswith("_SLOT")}, **constants}
+    all divisible by 16. A relocation slot (*_SLOT) not given is NO_SLOT, and PDL is off unless given."""
+    defaults = {a: -1 for a in fn.arg_names if a.endswith("_SLOT")}
+    if "PDL" in fn.arg_names:
+        defaults["PDL"] = False
+    constants = {**defaults, **constants}
     signature = {a: "constexpr" if a in constants else argument_type(a) for a in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a not in constants}
     try:

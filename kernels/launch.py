@@ -1,0 +1,51 @@
+"""What every launch shares: where the kernels run, and programmatic dependent launch.
+
+settings.pdl launches each Triton kernel with programmatic dependent launch (Hopper and later):
+the next kernel in the queue may have its programs placed on the GPU before this one ends, so
+its launch overlaps the tail of the one before instead of following it. Every kernel begins
+with `wait_for_previous`, which blocks until the launch before it has finished and its writes
+are visible, then allows the next launch to be placed: kernels still run their work in launch
+order, one queue, and only the placing of programs moves earlier. A kernel that is not
+launched this way (a torch or cuBLAS one) is waited for in full, as without the setting.
+"""
+import contextlib
+import os
+
+import triton
+import triton.language as tl
+
+
+def interpreted() -> bool:
+    """Triton's interpreter runs the kernels (CPU tensors): no inline assembly, one program at a time."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@triton.jit
+def wait_for_previous(PDL: tl.constexpr):
+    """With PDL: wait for the launch before this one to finish (and its writes to be visible),
+    then let the next launch's programs be placed. Called first, before any memory access."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+_DEPENDENT = False  # whether launches now use programmatic dependent launch
+
+
+@contextlib.contextmanager
+def dependent_launches(enabled: bool):
+    """Within the block, launches use programmatic dependent launch where ENABLED (settings.pdl)
+    and the kernels run on a GPU; the caller's choice returns after."""
+    global _DEPENDENT
+    outer = _DEPENDENT
+    _DEPENDENT = enabled and not interpreted()
+    try:
+        yield
+    finally:
+        _DEPENDENT = outer
+
+
+def pdl_launch() -> dict:
+    """A launch's keyword arguments for programmatic dependent launch: the kernels' PDL
+    constant and, when it is on, Triton's launch option."""
+    return {"PDL": True, "launch_pdl": True} if _DEPENDENT else {"PDL": False}
