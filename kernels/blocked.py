@@ -23,7 +23,7 @@ import torch
 from .coop import coop_panel
 from .panel import Pending, householder_panel, padded_width
 from .precision import rounded_tf32
-from .scratch import scratch
+from .scratch import scratch, scratch_scope
 from .strip import fused_strip, rank_update, trailing_strip
 from .tproduct import t_product
 from .wy import block_t, wy_merge
@@ -62,7 +62,13 @@ def qr_blocked(A: torch.Tensor, route, out=None):
     its reflector applied to every column right of it (strip.fuse_next says how). OUT: the
     (H, tau) to write (output_views of one buffer), else new ones."""
     H, tau = new_outputs(A) if out is None else out
-    (blocked_fused if route.strip.fuse_next else blocked_two_pass)(A, H, tau, route)
+    if not route.strip.fuse_next:
+        blocked_two_pass(A, H, tau, route)
+    elif route.strip.halves == 2 and A.shape[0] >= 2:
+        blocked_fused_halves(A, H, tau, route)
+    else:
+        for _ in fused_steps(A, H, tau, route):
+            pass
     return H, tau
 
 
@@ -87,13 +93,17 @@ def blocked_two_pass(A, H, tau, route):
             trailing_strip(src, H, V, T, j, j + bw, n - j - bw, strip=route.strip, precision=route.precision)
 
 
-def blocked_fused(A, H, tau, route):
-    """strip.fuse_next: panel k's reflector is applied to the columns right of panel k+1 in the
-    same pass that projects panel k+1's (fused_strip), so C is read once a panel.
+def fused_steps(A, H, tau, route, late_strips=False):
+    """strip.fuse_next, as a generator that yields after each panel and after each strip
+    (blocked_fused_halves interleaves two of them): panel k's reflector is applied to the
+    columns right of panel k+1 in the same pass that projects panel k+1's (fused_strip), so C
+    is read once a panel.
 
     Panel k+1's own columns are updated first (rank_update, or the panel itself with
-    panel.apply_pending), since it must be factored before its V exists. Panels alternate between two (T, V) buffers; W (batch x BB x n, by the
-    matrix's columns) carries T^T V^T C from one pass to the next.
+    panel.apply_pending), since it must be factored before its V exists. Panels alternate
+    between two (T, V) buffers; W (batch x BB x n, by the matrix's columns) carries T^T V^T C
+    from one pass to the next. late_strips: the strips wait for the launch before them at their
+    end (with settings.pdl; blocked_fused_halves says why that is safe).
     """
     (T0, V0), (T1, V1) = panel_buffers(A, route, ""), panel_buffers(A, route, "_next")
     Ts, Vs = (T0, T1), (V0, V1)
@@ -102,9 +112,12 @@ def blocked_fused(A, H, tau, route):
     steps = panels(n, min(route.panel.width, n))
     last = len(steps) == 1
     householder_panel(A, H, tau, None if last else Ts[0], None if last else Vs[0], 0, steps[0][1], knobs=route.panel)
+    yield
     if last:
         return
-    fused_strip(A, H, None, Vs[0], W, Ts[0], 0, steps[0][1], 0, strip=route.strip, precision=route.precision)
+    fused_strip(A, H, None, Vs[0], W, Ts[0], 0, steps[0][1], 0, strip=route.strip, precision=route.precision,
+                late_wait=late_strips)
+    yield
     for k, ((j, bw), (jn, bwn)) in enumerate(zip(steps, steps[1:])):
         src = A if j == 0 else H
         Va, Vb, Tb = Vs[k % 2], Vs[(k + 1) % 2], Ts[(k + 1) % 2]
@@ -116,8 +129,45 @@ def blocked_fused(A, H, tau, route):
         last = jn + bwn >= n
         householder_panel(H, H, tau, None if last else Tb, None if last else Vb, jn, bwn, knobs=route.panel,
                           pending=pending)
+        yield
         if not last:
-            fused_strip(src, H, Va, Vb, W, Tb, j, jn + bwn, jn, strip=route.strip, precision=route.precision)
+            fused_strip(src, H, Va, Vb, W, Tb, j, jn + bwn, jn, strip=route.strip, precision=route.precision,
+                        late_wait=late_strips)
+            yield
+
+
+def blocked_fused_halves(A, H, tau, route):
+    """strip.halves 2: fused_steps on each half of the batch, half Y one step behind half X, so
+    that the launches run ... panel X(k), strip Y(k-1), [rank update] panel Y(k), strip X(k),
+    [rank update] panel X(k+1), strip Y(k) ... Each strip follows the other half's panel,
+    which it does not read: with settings.pdl its programs start beside that panel and wait
+    for it at their end. Every other launch waits at its start, and every launch lets the
+    next one start only after its own wait, so launches still finish in order: a strip's
+    inputs (its half's panel, two launches back, and everything before) are done before the
+    panel ahead of it lets it start. The halves use scratch buffers of their own."""
+    mid = A.shape[0] // 2
+    halves = [(lo, hi, f"half{i}") for i, (lo, hi) in enumerate(((0, mid), (mid, A.shape[0])))]
+    steps = []
+    for lo, hi, label in halves:
+        with scratch_scope(label):
+            steps.append(fused_steps(A[lo:hi], H[lo:hi], tau[lo:hi], route, late_strips=True))
+
+    done = object()
+
+    def advance(i) -> bool:
+        """Run half i's next launch (a panel with its rank update, or a strip); False once it has none."""
+        with scratch_scope(halves[i][2]):
+            return next(steps[i], done) is not done
+
+    # X's first panel, then Y's first panel; then X's strip and panel, Y's strip and panel, ...
+    # (a generator that is done returns nothing more; the other one finishes alone)
+    advance(0)
+    advance(1)
+    running = [True, True]
+    while any(running):
+        for i in (0, 1):
+            if running[i]:
+                running[i] = advance(i) and advance(i)
 
 
 @contextlib.contextmanager

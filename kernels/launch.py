@@ -23,7 +23,9 @@ def interpreted() -> bool:
 @triton.jit
 def wait_for_previous(PDL: tl.constexpr):
     """With PDL: wait for the launch before this one to finish (and its writes to be visible),
-    then let the next launch's programs be placed. Called first, before any memory access."""
+    then let the next launch's programs be placed. Called first, before any memory access; or
+    last, by a kernel that reads nothing the launch before it writes (strip.halves' strips):
+    it then runs beside that launch, and still finishes after it."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()

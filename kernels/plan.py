@@ -193,6 +193,10 @@ class StripKnobs:
     num_warps: int = knob(2, Pow2(1, 16), "strip num_warps")
     split_rows: int = knob(0, Pow2(16, 8192, zero_is_off=True), "rows per program when a strip's rows are "
                                                                "split over programs (taller strips only); 0: off")
+    halves: int = knob(1, IntRange(1, 2), "with fuse_next: 2 factors the batch as two halves, one half a step "
+                                          "behind the other, so that each half's panel launch sits between the "
+                                          "other half's strips; with settings.pdl a strip's programs start "
+                                          "while the panel before it finishes")
     fuse_next: bool = knob(False, Flag(), "blocked driver: apply each panel's reflector and project the next "
                                           "panel's in one pass over the trailing columns (C read once a panel "
                                           "instead of twice; W waits in global memory between launches)")
@@ -330,6 +334,9 @@ def route_problems(driver: str, sections: dict) -> list:
                     f"{strip.split_rows}; allowed: true with driver blocked and split_rows 0 (the fused "
                     "pass carries whole columns of one blocked QR from panel to panel)"))
     panel = sections["panel"]
+    if not value_problems(strip) and strip.halves == 2 and not strip.fuse_next:
+        out.append((("strip", "halves"), "got 2 with strip.fuse_next false; allowed: 2 with strip.fuse_next "
+                    "true (the halves interleave the fused driver's launches)"))
     if not value_problems(panel) and not value_problems(strip) and panel.apply_pending and not strip.fuse_next:
         out.append((("panel", "apply_pending"), "got true with strip.fuse_next false; allowed: true with "
                     "strip.fuse_next true (the pending update is the fused pass's)"))

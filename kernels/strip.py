@@ -110,7 +110,7 @@ def fused_strip_kernel(
     n, L, ncols, c_off, v_row_off, v_ld, next_row, w_bs, w_ld, t_bs, t_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
     PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr, APPLY_PREV: tl.constexpr,
-    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, PDL: tl.constexpr,
+    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, PDL: tl.constexpr, LATE_WAIT: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) owns columns [s*BN, (s+1)*BN) of matrix i's
     trailing block (rows [0, L) x columns [0, ncols) from element c_off, read from src_ptr,
@@ -123,11 +123,14 @@ def fused_strip_kernel(
 
     V_a, V_b: the two panels' V in batch x n x v_ld buffers, rows v_row_off.. (the block's row 0),
     BB columns; V_b's rows above next_row are never read. T_b: BB x BB at t_ptr + i*t_bs, row
-    stride t_ld. src and dst move by the relocation table's slots (relocate.py).
+    stride t_ld. src and dst move by the relocation table's slots (relocate.py). With PDL,
+    launch.wait_for_previous comes first, or last with LATE_WAIT (strip.halves: the launch
+    before is the other half's panel, which this pass does not read).
     Invariants: BB, BM, BN are powers of two >= 16; each program reads and writes
     only its own W columns, so W_b may overwrite W_a in place.
     """
-    wait_for_previous(PDL)
+    if not LATE_WAIT:
+        wait_for_previous(PDL)
     src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
     dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     s = tl.program_id(0)
@@ -155,6 +158,8 @@ def fused_strip_kernel(
     T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
     Wb = dot_prec(tl.trans(T), Wb, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
     tl.store(w_tile, Wb, mask=cn[None, :] < ncols)
+    if LATE_WAIT:
+        wait_for_previous(PDL)
 
 
 @triton.jit
@@ -310,13 +315,14 @@ def split_strip(args, constants, num_warps, col_tiles, rows_per):
                              **pdl_launch())
 
 
-def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precision):
+def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precision, late_wait=False):
     """One pass over rows [row0, n) x columns [col0, n): C - Va W from src into dst where Va is
     given (None: the first panel, nothing to apply; dst is then not written), and W's columns
     [col0, n) replaced by Tb^T Vb^T C over rows [next_row, n) of the updated C.
 
     Va, Vb: batch x n x BB (rows indexed like the matrix's); W: batch x BB x n; Tb: batch x BB x BB.
-    Tiles from `strip` (StripKnobs), products in `precision` (PrecisionKnobs).
+    Tiles from `strip` (StripKnobs), products in `precision` (PrecisionKnobs). late_wait: the
+    kernel waits for the launch before it at its end (fused_strip_kernel's LATE_WAIT).
     """
     n = dst.shape[1]
     ncols = n - col0
@@ -328,4 +334,4 @@ def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precisi
         v_row_off=row0, v_ld=Vb.shape[2], next_row=next_row - row0, w_bs=Wc.stride(0), w_ld=Wc.stride(1),
         t_bs=Tb.stride(0), t_ld=Tb.stride(1), BB=Tb.shape[-1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages,
         PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply,
-        APPLY_PREV=Va is not None, **slots, num_warps=strip.num_warps, **pdl_launch())
+        APPLY_PREV=Va is not None, LATE_WAIT=late_wait, **slots, num_warps=strip.num_warps, **pdl_launch())

@@ -193,6 +193,9 @@ def test_relocated_graphs_replay_any_input_into_fresh_outputs(strip):
 @pytest.mark.parametrize("driver,batch,n,knobs", [
     ("blocked", 16, 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle"),
                               strip=dict(bm=16, bn=128, num_warps=4, fuse_next=True))),
+    # the halves, whose strips start beside the other half's panel and wait at their end
+    ("blocked", 17, 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle"),
+                              strip=dict(bm=16, bn=128, num_warps=4, fuse_next=True, halves=2))),
     ("twolevel", 3, 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
                                twolevel=dict(outer=128, far_precision="tf32", block_t="kernel", gram="fp16x3",
                                              first_far="direct"))),
@@ -207,7 +210,7 @@ def test_programmatic_dependent_launch_changes_no_bit(driver, batch, n, knobs, g
     Several calls each, on fresh inputs, so that a race has chances to show."""
     if graph == "relocate" and driver != "blocked":
         pytest.skip("relocate is for the blocked driver only")
-    name = f"pdl-{driver}-{graph}"
+    name = f"pdl-{driver}-{graph}-{knobs['strip'].get('halves', 1)}"
     graphed = route(name, driver=driver, graph=dict(mode=graph), **knobs)
     inputs = [gpu_matrices(batch, n, seed=s) for s in range(3)]
     results = {}

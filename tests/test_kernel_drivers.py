@@ -51,6 +51,44 @@ def test_fused_next_gives_the_two_pass_result(n, width, prec, pending):
     assert harness_check(A, H1, tau1) < 0.5
 
 
+@pytest.mark.parametrize("n,batch", [(1, 5), (16, 5), (37, 5), (37, 2), (37, 1), (48, 3)])
+def test_halves_give_the_whole_batch_s_bits(n, batch):
+    """strip.halves 2 only reorders launches (each half a step behind the other) and gives each
+    half its own buffers: every matrix sees the same kernels on the same data. Edge cases: one
+    panel (n 1, 16), a ragged last panel, halves of unequal size, a batch of one (whole)."""
+    A = special_matrices(n, batch=batch)
+    whole = DRIVERS["blocked"](A, route(panel=dict(width=16), strip=dict(fuse_next=True)))
+    halves = DRIVERS["blocked"](A, route(panel=dict(width=16), strip=dict(fuse_next=True, halves=2)))
+    assert torch.equal(whole[0], halves[0]) and torch.equal(whole[1], halves[1])
+
+
+def test_halves_run_each_strip_after_the_other_half_s_panel(monkeypatch):
+    """The launch order the PDL overlap relies on: X's panel, Y's panel, then per step X's
+    strip, X's next rank update and panel, Y's strip, Y's rank update and panel."""
+    from qrsub.kernels import blocked
+
+    order = []
+    for name in ("householder_panel", "fused_strip", "rank_update"):
+        real = getattr(blocked, name)
+
+        def record(*args, _real=real, _name=name, **kwargs):
+            order.append((_name[0].upper(), "XY"[args[1].data_ptr() != H_base[0]]))
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(blocked, name, record)
+    A = special_matrices(48, batch=4)
+    H_base = []
+    real_outputs = blocked.new_outputs
+
+    def outputs(X):
+        H, tau = real_outputs(X)
+        H_base.append(H.data_ptr())
+        return H, tau
+    monkeypatch.setattr(blocked, "new_outputs", outputs)
+    blocked.qr_blocked(A, route(panel=dict(width=16), strip=dict(fuse_next=True, halves=2)))
+    text = " ".join(kind + half for kind, half in order)
+    assert text == ("HX HY FX RX HX FY RY HY FX RX HX FY RY HY"), text
+
+
 @pytest.mark.parametrize("prec", [p for p in CPU_MODELED_PRECISIONS if p.endswith("x3")])
 def test_split_precision_drivers_pass_the_gate(prec):
     # One 16-bit pass (fp16, tf32) fails the gate at small n (it scales with n): routes choose per n.

@@ -21,6 +21,7 @@ CASES = [
     (16, 16, dict(fuse_next=True)),
     (23, 8, dict(fuse_next=True)),
     (37, 16, dict(fuse_next=True)),
+    (37, 16, dict(fuse_next=True, halves=2)),
     (37, 16, {}),
     (40, 16, dict(split_rows=16)),
 ]

@@ -125,6 +125,11 @@ REJECTS = [
     ("    panel: {split: 4}\n", "4:20", ["panel.split", "an integer in 1..2"]),
     ("    panel: {apply_pending: true}\n", "4:28", ["panel.apply_pending", "strip.fuse_next false",
                                                   "allowed: true with strip.fuse_next true"]),
+    ("    strip: {halves: 2}\n", "4:21", ["strip.halves", "got 2 with strip.fuse_next false",
+                                         "allowed: 2 with strip.fuse_next true"]),
+    ("    strip: {halves: 3, fuse_next: true}\n", "4:21", ["strip.halves", "an integer in 1..2"]),
+    ("    driver: twolevel\n    graph: {mode: relocate}\n", "5:19", ["graph.mode", "got relocate with driver "
+                                                                   "twolevel", "cuBLAS"]),
     ("    coop: {exchange: atomic}\n", "4:22", ["coop.exchange", "one of counter, slots"]),
     ("    twolevel: {far_precision: fp16}\n", "4:31", ["twolevel.far_precision", "one of fp32, tf32"]),
     ("    coop: {programs: 3}\n", "4:22", ["coop.programs", "power of two in 1..64"]),

@@ -38,8 +38,9 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The mid panel capped at 168 registers on panels of at most 256 rows (three programs an SM
-# there); programmatic dependent launch everywhere (settings.pdl).
-EXPERIMENTS="variants/champion-shortregs.yaml variants/champion-pdl.yaml"
+# there); programmatic dependent launch everywhere (settings.pdl); and with it, the mid route's
+# two halves a step apart (strip.halves 2), each strip beside the other half's panel.
+EXPERIMENTS="variants/champion-shortregs.yaml variants/champion-pdl.yaml variants/champion-halves.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
