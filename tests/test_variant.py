@@ -372,6 +372,9 @@ def test_variations_differ_from_the_champion_only_where_they_say():
     assert len(nograph) == 6 and all(line.endswith(tuple(f"graph.mode: {mode} -> off" for mode in
                                                          ("capture", "inplace", "relocate")))
                                      for line in nograph)
+    assert diff("champion-inplace.yaml") == [f"route {r}: graph.mode: {mode} -> inplace" for r, mode in
+                                             (("small", "relocate"), ("mid", "relocate"), ("huge", "capture"),
+                                              ("giant", "capture"))]
     assert diff("champion-capture.yaml") == ["settings.graph_max_numel: 200000000 -> 100000000",
                                              "route tiny: graph.mode: inplace -> capture",
                                              "route small: graph.mode: relocate -> capture",
