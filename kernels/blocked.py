@@ -20,6 +20,7 @@ import contextlib
 
 import torch
 
+from .capture import capture_point
 from .coop import coop_panel
 from .panel import Pending, householder_panel, padded_width
 from .precision import rounded_tf32
@@ -67,8 +68,9 @@ def qr_blocked(A: torch.Tensor, route, out=None):
     elif route.strip.halves == 2 and A.shape[0] >= 2:
         blocked_fused_halves(A, H, tau, route)
     else:
-        for _ in fused_steps(A, H, tau, route):
-            pass
+        for more in fused_steps(A, H, tau, route):
+            if more:
+                capture_point()
     return H, tau
 
 
@@ -90,17 +92,19 @@ def blocked_two_pass(A, H, tau, route):
         last = j + bw >= n
         householder_panel(src, H, tau, None if last else T, None if last else V, j, bw, knobs=route.panel)
         if not last:
+            capture_point()
             trailing_strip(src, H, V, T, j, j + bw, n - j - bw, strip=route.strip, precision=route.precision)
 
 
 def fused_steps(A, H, tau, route, late_strips=False):
     """strip.fuse_next, as a generator that yields after each panel and after each strip
-    (blocked_fused_halves interleaves two of them): panel k's reflector is applied to the
+    (blocked_fused_halves interleaves two of them) whether more launches follow: panel k's reflector is applied to the
     columns right of panel k+1 in the same pass that projects panel k+1's (fused_strip), so C
     is read once a panel.
 
-    Panel k+1's own columns are updated first (rank_update, or the panel itself with
-    panel.apply_pending), since it must be factored before its V exists. Panels alternate
+    Panel k+1's own columns are updated first (rank_update, the panel itself with
+    panel.apply_pending, or the strip before it with strip.tail_update), since it must be
+    factored before its V exists. Panels alternate
     between two (T, V) buffers; W (batch x BB x n, by the matrix's columns) carries T^T V^T C
     from one pass to the next. late_strips: the strips wait for the launch before them at their
     end (with settings.pdl; blocked_fused_halves says why that is safe).
@@ -112,28 +116,32 @@ def fused_steps(A, H, tau, route, late_strips=False):
     steps = panels(n, min(route.panel.width, n))
     last = len(steps) == 1
     householder_panel(A, H, tau, None if last else Ts[0], None if last else Vs[0], 0, steps[0][1], knobs=route.panel)
-    yield
+    yield not last
     if last:
         return
+    tail = route.strip.tail_update
     fused_strip(A, H, None, Vs[0], W, Ts[0], 0, steps[0][1], 0, strip=route.strip, precision=route.precision,
-                late_wait=late_strips)
-    yield
+                late_wait=late_strips, tail_cols=steps[1][1] if tail else 0)
+    yield True
     for k, ((j, bw), (jn, bwn)) in enumerate(zip(steps, steps[1:])):
         src = A if j == 0 else H
         Va, Vb, Tb = Vs[k % 2], Vs[(k + 1) % 2], Ts[(k + 1) % 2]
         pending = Pending(src, Va, W[:, :, jn:], j, route.precision.apply)
-        if not route.panel.apply_pending:
+        if tail:  # the strip before this panel has applied it
+            pending = None
+        elif not route.panel.apply_pending:
             rank_update(src, H, Va, W[:, :, jn:jn + bwn], j, jn, strip=route.strip,
                         precision=route.precision.apply, v_row_off=j, ncols=bwn)
             pending = None
         last = jn + bwn >= n
         householder_panel(H, H, tau, None if last else Tb, None if last else Vb, jn, bwn, knobs=route.panel,
                           pending=pending)
-        yield
+        yield not last
         if not last:
+            tail_cols = steps[k + 2][1] if tail else 0
             fused_strip(src, H, Va, Vb, W, Tb, j, jn + bwn, jn, strip=route.strip, precision=route.precision,
-                        late_wait=late_strips)
-            yield
+                        late_wait=late_strips, tail_cols=tail_cols)
+            yield True
 
 
 def blocked_fused_halves(A, H, tau, route):
@@ -252,6 +260,8 @@ def factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far):
         Ti = Tin[:, len(widths), :BB, :BB]
         # Before the first block's far update, columns right of the block still live in A (src).
         panel(src if j == 0 else H, H, tau, Ti, Vb, j, bw, j - J, j)
+        if j + bw < n:
+            capture_point()
         widths.append(bw)
         if j + bw < J + ob:
             trailing_strip(src if j == 0 else H, H, Vb, Ti, j, j + bw, J + ob - j - bw,

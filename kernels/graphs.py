@@ -25,6 +25,7 @@ import weakref
 import torch
 
 from .blocked import output_buffer, output_views
+from .capture import captured, new_graph
 from .relocate import new_table, offsets, relocating
 from .scratch import scratch_scope
 
@@ -35,11 +36,11 @@ class ShapeGraphs:
     def __init__(self):
         self.graphs = {}
 
-    def run(self, key, driver, A, clone_outputs: bool = True, packed: bool = True):
+    def run(self, key, driver, A, clone_outputs: bool = True, packed: bool = True, head: int = 0):
         entry = self.graphs.get(key)
         if entry is None:
             out = driver(A)  # eager first call: compiles, and is this call's answer
-            self.graphs[key] = self.capture(driver, A)
+            self.graphs[key] = self.capture(driver, A, head)
             return out
         graph, static_in, static_out = entry
         static_in.copy_(A)
@@ -49,10 +50,10 @@ class ShapeGraphs:
         return copied_out(static_out) if packed else tuple(t.clone() for t in static_out)
 
     @staticmethod
-    def capture(driver, A):
+    def capture(driver, A, head: int):
         static_in = A.clone()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        graph = new_graph(head)
+        with captured(graph):
             static_out = driver(static_in)
         return graph, static_in, static_out
 
@@ -100,7 +101,7 @@ class InputGraphs:
         self.graphs = {}
         self.seen = {}  # shape key -> {input key: weak input called once}, oldest first
 
-    def run(self, shape_key, driver, A):
+    def run(self, shape_key, driver, A, head: int = 0):
         key = (A.data_ptr(), tuple(A.stride()))
         graphs = self.graphs.setdefault(shape_key, {})
         entry = graphs.pop(key, None)
@@ -114,7 +115,7 @@ class InputGraphs:
                 if len(seen) > INPLACE_SEEN_INPUTS:
                     del seen[next(iter(seen))]
                 return driver(A)
-            entry = (weakref.ref(A), *self.capture(driver, A))
+            entry = (weakref.ref(A), *self.capture(driver, A, head))
         graphs[key] = entry  # now the most recently used
         self.trim(graphs, A)
         _input, graph, out = entry
@@ -128,9 +129,9 @@ class InputGraphs:
             del entries[next(iter(entries))]
 
     @staticmethod
-    def capture(driver, A):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+    def capture(driver, A, head: int):
+        graph = new_graph(head)
+        with captured(graph):
             out = driver(A)
         return graph, out
 
@@ -152,11 +153,11 @@ class RelocatedGraphs:
     def __init__(self):
         self.graphs = {}
 
-    def run(self, key, driver, A):
+    def run(self, key, driver, A, head: int = 0):
         entry = self.graphs.get(key)
         if entry is None:
             out = driver(A)
-            self.graphs[key] = self.capture(driver, A)
+            self.graphs[key] = self.capture(driver, A, head)
             return out
         graph, table, captured_input, captured_outputs, strides = entry
         if tuple(A.stride()) != strides:
@@ -172,14 +173,14 @@ class RelocatedGraphs:
         return output_views(flat, A)
 
     @staticmethod
-    def capture(driver, A):
+    def capture(driver, A, head: int):
         """(graph, its table, the captured input's address, the captured outputs, A's strides).
         The captured outputs stay allocated, so that a pointer a kernel failed to move would
         write there (and leave the caller's outputs unwritten) rather than into another tensor."""
         table = new_table(A.device)
         flat = output_buffer(A)
-        graph = torch.cuda.CUDAGraph()
-        with relocating(table, A, flat), torch.cuda.graph(graph):
+        graph = new_graph(head)
+        with relocating(table, A, flat), captured(graph):
             driver(A, out=output_views(flat, A))
         return graph, table, A.data_ptr(), flat, tuple(A.stride())
 

@@ -200,6 +200,10 @@ class StripKnobs:
     fuse_next: bool = knob(False, Flag(), "blocked driver: apply each panel's reflector and project the next "
                                           "panel's in one pass over the trailing columns (C read once a panel "
                                           "instead of twice; W waits in global memory between launches)")
+    tail_update: bool = knob(False, Flag(), "with fuse_next: the fused pass's first column program, once its "
+                                            "projection is done, also applies the new panel's update to the next "
+                                            "panel's columns (in place of rank_update's launch, whose C it has "
+                                            "just written and may still find in L2)")
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,10 @@ class GraphKnobs:
     groups: int = knob(0, IntRange(0, MAX_GROUPS), f"with mode concurrent, the batch groups (2..{MAX_GROUPS}, "
                                                    "contiguous and as even as possible; no more than the "
                                                    "batch); 0 with the other modes")
+    head: int = knob(0, IntRange(0, 256), "modes capture, inplace and relocate: the call's first HEAD capture "
+                                          "points (the driver's panels and strips in launch order) in a graph "
+                                          "of their own, replayed before the rest, so that its kernels run "
+                                          "while the host still launches the larger rest; 0: one graph")
 
 
 def graph_problems(driver: str, graph: GraphKnobs) -> list:
@@ -272,6 +280,9 @@ def graph_problems(driver: str, graph: GraphKnobs) -> list:
     if graph.mode == "relocate" and driver not in RELOCATE_DRIVERS:
         return [(("graph", "mode"), f"got relocate with driver {driver}; allowed: relocate with driver "
                  f"{' or '.join(RELOCATE_DRIVERS)} ({RELOCATE_REFUSED[driver]})")]
+    if graph.head and graph.mode in ("off", "concurrent"):
+        return [(("graph", "head"), f"got {graph.head} with graph.mode {graph.mode}; allowed: 0, or a head "
+                 "with graph.mode capture, inplace or relocate (the modes that capture one graph a call)")]
     if graph.mode != "concurrent":
         return [(("graph", "groups"), f"got {graph.groups} with graph.mode {graph.mode}; allowed: 0 (groups "
                  "split the batch in mode concurrent only)")] if graph.groups else []
@@ -340,6 +351,13 @@ def route_problems(driver: str, sections: dict) -> list:
     if not value_problems(panel) and not value_problems(strip) and panel.apply_pending and not strip.fuse_next:
         out.append((("panel", "apply_pending"), "got true with strip.fuse_next false; allowed: true with "
                     "strip.fuse_next true (the pending update is the fused pass's)"))
+    if not value_problems(strip) and strip.tail_update and not strip.fuse_next:
+        out.append((("strip", "tail_update"), "got true with strip.fuse_next false; allowed: true with "
+                    "strip.fuse_next true (the tail follows the fused pass's projection)"))
+    if (not value_problems(panel) and not value_problems(strip) and strip.tail_update
+            and panel.apply_pending):
+        out.append((("strip", "tail_update"), "got true with panel.apply_pending true; allowed: one of them "
+                    "(each applies the next panel's pending update: together they would apply it twice)"))
     twolevel = sections["twolevel"]
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))

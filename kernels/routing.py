@@ -84,11 +84,12 @@ def run_graphed(route, settings, driver, A):
     key = (route.name, tuple(A.shape), str(A.device))
     if route.graph.mode == "concurrent":
         return _GROUP_GRAPHS.run(key, driver, A, route.graph.groups)
+    head = route.graph.head
     if route.graph.mode == "inplace":
-        return _INPUT_GRAPHS.run(key, driver, A)
+        return _INPUT_GRAPHS.run(key, driver, A, head)
     if route.graph.mode == "relocate":
-        return _RELOCATED_GRAPHS.run(key, driver, A)
-    return _GRAPHS.run(key, driver, A, settings.clone_outputs, settings.packed_outputs)
+        return _RELOCATED_GRAPHS.run(key, driver, A, head)
+    return _GRAPHS.run(key, driver, A, settings.clone_outputs, settings.packed_outputs, head)
 
 
 def qr_routed(A: torch.Tensor, routes, settings):

@@ -107,10 +107,11 @@ def strip_program(
 @triton.jit
 def fused_strip_kernel(
     src_ptr, dst_ptr, va_ptr, vb_ptr, w_ptr, t_ptr, table_ptr,
-    n, L, ncols, c_off, v_row_off, v_ld, next_row, w_bs, w_ld, t_bs, t_ld,
+    n, L, ncols, c_off, v_row_off, v_ld, next_row, w_bs, w_ld, t_bs, t_ld, tail_cols,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
     PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr, APPLY_PREV: tl.constexpr,
     SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, PDL: tl.constexpr, LATE_WAIT: tl.constexpr,
+    TAIL: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) owns columns [s*BN, (s+1)*BN) of matrix i's
     trailing block (rows [0, L) x columns [0, ncols) from element c_off, read from src_ptr,
@@ -123,7 +124,10 @@ def fused_strip_kernel(
 
     V_a, V_b: the two panels' V in batch x n x v_ld buffers, rows v_row_off.. (the block's row 0),
     BB columns; V_b's rows above next_row are never read. T_b: BB x BB at t_ptr + i*t_bs, row
-    stride t_ld. src and dst move by the relocation table's slots (relocate.py). With PDL,
+    stride t_ld. With TAIL (StripKnobs.tail_update), program (0, i) then applies V_b and the new
+    W to the next panel's columns (the block's first tail_cols <= BB, rows [next_row, L)), as the
+    next step's rank_update_kernel would: C' written by this program, so a barrier comes first.
+    src and dst move by the relocation table's slots (relocate.py). With PDL,
     launch.wait_for_previous comes first, or last with LATE_WAIT (strip.halves: the launch
     before is the other half's panel, which this pass does not read).
     Invariants: BB, BM, BN are powers of two >= 16; each program reads and writes
@@ -158,6 +162,16 @@ def fused_strip_kernel(
     T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
     Wb = dot_prec(tl.trans(T), Wb, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
     tl.store(w_tile, Wb, mask=cn[None, :] < ncols)
+    if TAIL:
+        if s == 0:
+            # The rows of C' and the W columns this program stored, by other threads of it.
+            tl.debug_barrier()
+            w_next = tl.load(w_ptr + pid * w_bs + cb[:, None] * w_ld + cb[None, :],
+                             mask=cb[None, :] < tail_cols, other=0.0)
+            c_now = src  # without APPLY_PREV this pass wrote no C': the next panel's columns are in src
+            if APPLY_PREV:
+                c_now = dst
+            apply_rows(c_now, dst, vb, v_ld, n, next_row, L, tail_cols, cb, w_next, BB, BM, NUM_STAGES, APPLY)
     if LATE_WAIT:
         wait_for_previous(PDL)
 
@@ -315,10 +329,13 @@ def split_strip(args, constants, num_warps, col_tiles, rows_per):
                              **pdl_launch())
 
 
-def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precision, late_wait=False):
+def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precision, late_wait=False,
+                tail_cols=0):
     """One pass over rows [row0, n) x columns [col0, n): C - Va W from src into dst where Va is
     given (None: the first panel, nothing to apply; dst is then not written), and W's columns
-    [col0, n) replaced by Tb^T Vb^T C over rows [next_row, n) of the updated C.
+    [col0, n) replaced by Tb^T Vb^T C over rows [next_row, n) of the updated C. tail_cols > 0
+    (strip.tail_update: the next panel's width): then also dst's columns [col0, col0+tail_cols)
+    = C' - Vb W over rows [next_row, n), the next panel's pending update.
 
     Va, Vb: batch x n x BB (rows indexed like the matrix's); W: batch x BB x n; Tb: batch x BB x BB.
     Tiles from `strip` (StripKnobs), products in `precision` (PrecisionKnobs). late_wait: the
@@ -332,6 +349,7 @@ def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precisi
     fused_strip_kernel[(triton.cdiv(ncols, BN), dst.shape[0])](
         src, dst, Vb if Va is None else Va, Vb, Wc, Tb, table, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
         v_row_off=row0, v_ld=Vb.shape[2], next_row=next_row - row0, w_bs=Wc.stride(0), w_ld=Wc.stride(1),
-        t_bs=Tb.stride(0), t_ld=Tb.stride(1), BB=Tb.shape[-1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages,
-        PROJECT=precision.project, TCONTRACT=precision.tcontract, APPLY=precision.apply,
-        APPLY_PREV=Va is not None, LATE_WAIT=late_wait, **slots, num_warps=strip.num_warps, **pdl_launch())
+        t_bs=Tb.stride(0), t_ld=Tb.stride(1), tail_cols=tail_cols, BB=Tb.shape[-1], BM=strip.bm, BN=BN,
+        NUM_STAGES=strip.num_stages, PROJECT=precision.project, TCONTRACT=precision.tcontract,
+        APPLY=precision.apply, APPLY_PREV=Va is not None, LATE_WAIT=late_wait, TAIL=tail_cols > 0, **slots,
+        num_warps=strip.num_warps, **pdl_launch())

@@ -51,6 +51,9 @@ def test_cooperative_panel_with_several_programs(programs, exchange, unroll):
     ("blocked", 200, dict(panel=dict(width=16), strip=dict(bm=32, bn=32, fuse_next=True))),
     ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", apply_pending=True),
                           strip=dict(bm=16, bn=128, fuse_next=True))),
+    # the next panel's update in the fused strip's tail (strip.tail_update), ragged last panel
+    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle"),
+                          strip=dict(bm=16, bn=128, fuse_next=True, tail_update=True))),
     # the panel in two halves (panel.split 2), with the fused strip as in the champion
     ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", split=2),
                           strip=dict(bm=16, bn=128, fuse_next=True))),
@@ -187,6 +190,56 @@ def test_relocated_graphs_replay_any_input_into_fresh_outputs(strip):
     assert len({H.data_ptr() for H, _ in outputs}) == len(outputs)
     key = (name, (4, 200, 200), "cuda:0")
     assert key in routing._RELOCATED_GRAPHS.graphs, "the route ran through its graph"
+
+
+@pytest.mark.parametrize("mode", ["capture", "inplace", "relocate"])
+@pytest.mark.parametrize("driver,n,head", [("blocked", 200, 1), ("blocked", 200, 3), ("twolevel", 1100, 4)])
+def test_a_graph_with_a_head_replays_the_bits_of_one_graph(mode, driver, n, head):
+    """graph.head: the call captured as two graphs (the first capture points, then the rest),
+    replayed in order. Same bits as the eager driver, call after call, on fresh inputs."""
+    from qrsub.kernels.capture import SplitGraph
+
+    if mode == "relocate" and driver != "blocked":
+        pytest.skip("relocate is for the blocked driver only")
+    settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**10)
+    knobs = (dict(panel=dict(width=32, unroll=4, broadcast="shuffle"), strip=dict(bm=16, bn=128, fuse_next=True))
+             if driver == "blocked" else
+             dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
+                  twolevel=dict(outer=128, far_precision="tf32", block_t="kernel", gram="fp16x3", first_far="direct")))
+    graphed = route(f"head-{mode}-{driver}-{head}", driver=driver, graph=dict(mode=mode, head=head), **knobs)
+    inputs = [gpu_matrices(3, n, seed=s) for s in range(3)]
+    for A in inputs + inputs + inputs:
+        H, tau = routing.qr_routed(A, [graphed], settings)
+        H_ref, tau_ref = DRIVERS[driver](A, graphed)
+        torch.testing.assert_close(H, H_ref, rtol=0, atol=0)
+        torch.testing.assert_close(tau, tau_ref, rtol=0, atol=0)
+    stores = {"capture": routing._GRAPHS.graphs, "relocate": routing._RELOCATED_GRAPHS.graphs}
+    if mode in stores:
+        graph = stores[mode][(graphed.name, (3, n, n), "cuda:0")][0]
+        assert isinstance(graph, SplitGraph) and len(graph.parts) == 2
+
+
+@pytest.mark.parametrize("graph", ["off", "relocate"])
+@pytest.mark.parametrize("n", [512, 520])
+def test_tail_update_gives_the_rank_update_s_bits_on_gpu(n, graph):
+    """strip.tail_update: the next panel's update in the strip's tail instead of rank_update's
+    launch, after a barrier inside the program that wrote its C'. The same products on the same
+    rows: the same bits where every panel is 32 wide (n 512); at 520 the last panel is 8 wide and
+    rank_update's 16-column tile against the tail's 32 may round differently. Several calls on
+    fresh inputs, eager and replayed, so that a missing barrier has chances to show."""
+    settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**10)
+    knobs = dict(panel=dict(width=32, unroll=4, broadcast="shuffle"),
+                 strip=dict(bm=16, bn=128, num_stages=4, num_warps=4, fuse_next=True))
+    launched = route(f"tail-off-{n}-{graph}", graph=dict(mode=graph), **knobs)
+    knobs["strip"]["tail_update"] = True
+    tailed = route(f"tail-on-{n}-{graph}", graph=dict(mode=graph), **knobs)
+    inputs = [gpu_matrices(16, n, seed=s) for s in range(3)]
+    for A in inputs + inputs:
+        (H0, tau0), (H1, tau1) = (routing.qr_routed(A, [r], settings) for r in (launched, tailed))
+        tol = 0 if n % 32 == 0 else 1e-5
+        torch.testing.assert_close(H1, H0, rtol=tol, atol=tol)
+        torch.testing.assert_close(tau1, tau0, rtol=tol, atol=tol)
+        assert harness_check(A, H1, tau1) < 0.5
 
 
 @pytest.mark.parametrize("graph", ["off", "relocate", "capture"])

@@ -4,6 +4,8 @@ import torch
 from kernel_helpers import CPU_MODELED_PRECISIONS, DEVICE, harness_check, route, special_matrices
 
 from qrsub.kernels import plan
+from qrsub.kernels.panel import padded_width
+from qrsub.kernels.strip import strip_columns
 from qrsub.kernels.routing import DRIVER_FUNCTIONS as DRIVERS
 
 SHAPES = [1, 2, 5, 16, 23, 40]
@@ -49,6 +51,43 @@ def test_fused_next_gives_the_two_pass_result(n, width, prec, pending):
         torch.testing.assert_close(H1, H0, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(tau1, tau0, atol=1e-5, rtol=1e-5)
     assert harness_check(A, H1, tau1) < 0.5
+
+
+@pytest.mark.parametrize("n,width,prec", [(1, 8, "fp32"), (16, 16, "fp32"), (23, 8, "fp32"), (37, 16, "fp32"),
+                                          (37, 16, "fp16x3"), (64, 16, "fp16x3"), (70, 32, "fp32")])
+def test_tail_update_gives_the_rank_update_s_result(n, width, prec):
+    """strip.tail_update moves the next panel's update from rank_update's launch into the tail of
+    the strip before it: the same rows, row tiles and products, so the same bits wherever the
+    next panel is as wide as the padded panel (rank_update's column tile is then BB wide too).
+    A narrower last panel (70 = 2 x 32 + 6) gets a 16-column tile in rank_update against the
+    tail's 32: close. Edge cases: one panel (n 1, 16), ragged last panels, the special matrices'
+    zero and rank-deficient columns."""
+    A = special_matrices(n)
+    precision = dict(project=prec, tcontract="fp32", apply=prec)
+    launched = DRIVERS["blocked"](A, route(panel=dict(width=width), strip=dict(fuse_next=True), precision=precision))
+    tailed = DRIVERS["blocked"](A, route(panel=dict(width=width), strip=dict(fuse_next=True, tail_update=True),
+                                         precision=precision))
+    knobs = route(panel=dict(width=width), strip=dict(fuse_next=True))
+    last_width = n % width or width
+    if strip_columns(knobs.strip, last_width) == padded_width(width):
+        assert torch.equal(launched[0], tailed[0]) and torch.equal(launched[1], tailed[1])
+    else:
+        torch.testing.assert_close(tailed[0], launched[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(tailed[1], launched[1], atol=1e-5, rtol=1e-5)
+    assert harness_check(A, *tailed) < 0.5
+
+
+def test_tail_update_launches_no_rank_update(monkeypatch):
+    """The point of the knob: a panel and a strip a step, the rank_update launch gone."""
+    from qrsub.kernels import blocked
+
+    calls = []
+    real = blocked.rank_update
+    monkeypatch.setattr(blocked, "rank_update", lambda *a, **k: calls.append(1) or real(*a, **k))
+    DRIVERS["blocked"](special_matrices(48), route(panel=dict(width=16), strip=dict(fuse_next=True, tail_update=True)))
+    assert calls == []
+    DRIVERS["blocked"](special_matrices(48), route(panel=dict(width=16), strip=dict(fuse_next=True)))
+    assert len(calls) == 2
 
 
 @pytest.mark.parametrize("n,batch", [(1, 5), (16, 5), (37, 5), (37, 2), (37, 1), (48, 3)])

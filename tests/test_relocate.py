@@ -22,6 +22,7 @@ CASES = [
     (23, 8, dict(fuse_next=True)),
     (37, 16, dict(fuse_next=True)),
     (37, 16, dict(fuse_next=True, halves=2)),
+    (37, 16, dict(fuse_next=True, tail_update=True)),
     (37, 16, {}),
     (40, 16, dict(split_rows=16)),
 ]
@@ -102,16 +103,17 @@ class StandInGraph:
 def test_first_call_eager_then_captured_later_calls_replay_into_fresh_outputs(monkeypatch):
     captures = []
 
-    def stand_in_capture(driver, A):
-        captures.append(A.data_ptr())
+    def stand_in_capture(driver, A, head):
+        captures.append((A.data_ptr(), head))
         return StandInGraph(), relocate.new_table(A.device), A.data_ptr(), output_buffer(A), tuple(A.stride())
 
     monkeypatch.setattr(RelocatedGraphs, "capture", staticmethod(stand_in_capture))
     graphed, A, B = RelocatedGraphs(), torch.zeros(1, 4, 4), torch.zeros(1, 4, 4)
     eager = []
     driver = lambda X: eager.append(X.data_ptr()) or (X, X)  # noqa: E731
-    graphed.run("k", driver, A)
-    assert eager == [A.data_ptr()] and captures == [A.data_ptr()], "the first call runs, then captures"
+    graphed.run("k", driver, A, head=3)
+    assert eager == [A.data_ptr()] and captures == [(A.data_ptr(), 3)], \
+        "the first call runs, then captures (split after the route's graph.head points)"
     graph, table, *_ = graphed.graphs["k"]
     H1, tau1 = graphed.run("k", driver, B)
     H2, _ = graphed.run("k", driver, B)
