@@ -27,8 +27,8 @@ Nsight Compute reported). For the device's figures, run this under a Triton 3.6 
     /tmp/triton36/bin/python tools/sass_loop.py --grouped
 
 (it then imports the checkout's kernels/ with a stand-in for torch, which no kernel needs to
-compile). Prints registers, spill stack, and per backward branch (a loop) its instruction
-count and the most common opcodes. Used for docs/perf-log.md's instruction counts.
+compile). Prints registers, spill stack, the kernel's instruction count, and per backward
+branch (a loop) its instruction count and the most common opcodes. Used for docs/perf-log.md's instruction counts.
 """
 import argparse
 import ast
@@ -151,7 +151,10 @@ def main():
     cubin = kernel.asm["cubin"]
     print(f"triton {triton.__version__}: "
           + " ".join(re.findall(r"(REG:\d+|STACK:\d+|SHARED:\d+)", tool("cuobjdump", cubin, "--dump-resource-usage"))))
-    for count, ops in loop_bodies(tool("cuobjdump", cubin, "-sass")):
+    sass = tool("cuobjdump", cubin, "-sass")
+    # Each instruction's line carries its address as /*hex*/: 4 digits up to 64 KiB of code.
+    print(f"kernel: {len(re.findall(r'/[*][0-9a-f]{4,}[*]/', sass))} instructions")
+    for count, ops in loop_bodies(sass):
         print(f"loop: {count} instructions; {', '.join(f'{op} {n}' for op, n in ops.most_common(8))}")
 
 
