@@ -98,14 +98,13 @@ def blocked_two_pass(A, H, tau, route):
 
 def fused_steps(A, H, tau, route, late_strips=False):
     """strip.fuse_next, as a generator that yields after each panel and after each strip
-    (blocked_fused_halves interleaves two of them) whether more launches follow: panel k's reflector is applied to the
-    columns right of panel k+1 in the same pass that projects panel k+1's (fused_strip), so C
-    is read once a panel.
+    (blocked_fused_halves interleaves two of them) whether more launches follow: panel k's
+    reflector is applied to the columns right of panel k+1 in the same pass that projects
+    panel k+1's (fused_strip), so C is read once a panel.
 
     Panel k+1's own columns are updated first (rank_update, the panel itself with
     panel.apply_pending, or the strip before it with strip.tail_update), since it must be
-    factored before its V exists. Panels alternate
-    between two (T, V) buffers; W (batch x BB x n, by the matrix's columns) carries T^T V^T C
+    factored before its V exists. Panels alternate between two (T, V) buffers; W (batch x BB x n, by the matrix's columns) carries T^T V^T C
     from one pass to the next. late_strips: the strips wait for the launch before them at their
     end (with settings.pdl; blocked_fused_halves says why that is safe).
     """
@@ -126,13 +125,12 @@ def fused_steps(A, H, tau, route, late_strips=False):
     for k, ((j, bw), (jn, bwn)) in enumerate(zip(steps, steps[1:])):
         src = A if j == 0 else H
         Va, Vb, Tb = Vs[k % 2], Vs[(k + 1) % 2], Ts[(k + 1) % 2]
-        pending = Pending(src, Va, W[:, :, jn:], j, route.precision.apply)
-        if tail:  # the strip before this panel has applied it
-            pending = None
-        elif not route.panel.apply_pending:
+        pending = None
+        if route.panel.apply_pending:
+            pending = Pending(src, Va, W[:, :, jn:], j, route.precision.apply)
+        elif not tail:  # with the tail, the strip before this panel has applied it
             rank_update(src, H, Va, W[:, :, jn:jn + bwn], j, jn, strip=route.strip,
                         precision=route.precision.apply, v_row_off=j, ncols=bwn)
-            pending = None
         last = jn + bwn >= n
         householder_panel(H, H, tau, None if last else Tb, None if last else Vb, jn, bwn, knobs=route.panel,
                           pending=pending)

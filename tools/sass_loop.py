@@ -28,7 +28,8 @@ Nsight Compute reported). For the device's figures, run this under a Triton 3.6 
 
 (it then imports the checkout's kernels/ with a stand-in for torch, which no kernel needs to
 compile). Prints registers, spill stack, the kernel's instruction count, and per backward
-branch (a loop) its instruction count and the most common opcodes. Used for docs/perf-log.md's instruction counts.
+branch (a loop) its instruction count and the most common opcodes. Used for
+docs/perf-log.md's instruction counts.
 """
 import argparse
 import ast
