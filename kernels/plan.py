@@ -31,6 +31,9 @@ COOP_EXCHANGES = ("counter", "slots")
 BLOCK_T = ("merge", "kernel")
 # TwoLevelKnobs.gram (wy.py): the block's Y^T Y through cuBLAS in fp32, or on tensor cores.
 GRAM = ("cublas", "fp16x3", "tf32x3")
+# Rows a step of the Triton Gram product's loop (wy.gram_kernel): TwoLevelKnobs.gram_split_rows
+# is a multiple of it, so that every split is a whole number of steps.
+GRAM_BM = 32
 # TwoLevelKnobs.far_update (blocked.py): the columns right of a block through cuBLAS's three
 # batched GEMMs, or through the fused strip kernel with BB = the outer block.
 FAR_UPDATES = ("cublas", "strip")
@@ -238,6 +241,12 @@ class TwoLevelKnobs:
                                                  "products, ~4 launches per inner panel) or kernel (one launch)")
     gram: str = knob("cublas", OneOf(GRAM), "the block's Gram product Y^T Y for block_t: kernel: cuBLAS in "
                                            "fp32, or a Triton kernel on tensor cores in fp16x3 or tf32x3")
+    gram_split_rows: int = knob(0, Pow2(GRAM_BM, 8192, zero_is_off=True), "with gram fp16x3 or tf32x3: rows of Y a "
+                                                                     "program of the Gram product walks, when "
+                                                                     "a block is taller (partial products, "
+                                                                     "summed by a second launch: for batches "
+                                                                     "that leave SMs idle); 0: one program a "
+                                                                     "row strip of G walks all the rows")
 
 
 @dataclass(frozen=True)
@@ -374,6 +383,9 @@ def route_problems(driver: str, sections: dict) -> list:
     if twolevel.gram != "cublas" and twolevel.block_t != "kernel" and not value_problems(twolevel):
         out.append((("twolevel", "gram"), f"got {twolevel.gram} with twolevel.block_t {twolevel.block_t}; "
                     "allowed: cublas, or block_t kernel (the torch merge takes cuBLAS's product)"))
+    if twolevel.gram_split_rows and twolevel.gram == "cublas" and not value_problems(twolevel):
+        out.append((("twolevel", "gram_split_rows"), f"got {twolevel.gram_split_rows} with twolevel.gram cublas; "
+                    "allowed: 0, or a split with gram fp16x3 or tf32x3 (the split is the Triton Gram's)"))
     if width_ok and panel.width < MIN_DOT_WIDTH:
         out.append((("panel", "width"), f"got {panel.width} with driver {driver}; allowed: at least "
                     f"{MIN_DOT_WIDTH} (the inner panels' V and T feed tensor-core products)"))

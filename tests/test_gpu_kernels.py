@@ -87,6 +87,11 @@ def test_cooperative_panel_with_several_programs(programs, exchange, unroll):
     ("coop", 2100, dict(panel=dict(width=16, num_warps=((None, 8),), unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
                         twolevel=dict(outer=128, far_precision="tf32", far_tcontract="fp32", block_t="kernel"),
                         coop=dict(programs=4, max_rows=512, exchange="slots"))),
+    # the Gram product split over rows (champion-gramsplit)
+    ("coop", 2100, dict(panel=dict(width=16, num_warps=((None, 8),), unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+                        twolevel=dict(outer=128, far_precision="tf32", far_tcontract="fp32", block_t="kernel",
+                                      gram="fp16x3", gram_split_rows=256),
+                        coop=dict(programs=4, max_rows=512, exchange="slots"))),
 ])
 @pytest.mark.parametrize("prec", ["fp16x3", "tf32x3"])
 def test_drivers_pass_the_gate_on_gpu(driver, n, knobs, prec):
@@ -124,15 +129,17 @@ def test_tf32_is_really_reduced_and_tf32x3_really_recovers():
     assert one_pass > 1e-5 and split < one_pass / 10
 
 
+@pytest.mark.parametrize("split_rows", [0, 256])
 @pytest.mark.parametrize("gram", ["fp16x3", "tf32x3"])
-def test_gram_kernel_on_gpu(gram):
+def test_gram_kernel_on_gpu(gram, split_rows):
     """The Gram product on tensor cores at a two-level block's size (the interpreter runs
-    tf32x3 as plain fp32: only here is it tested)."""
+    tf32x3 as plain fp32: only here is it tested), whole and split over rows
+    (twolevel.gram_split_rows: four splits, the last partly inside Y)."""
     from qrsub.kernels.wy import gram_product
     g = torch.Generator("cuda").manual_seed(5)
     Y = torch.randn(3, 1000, 128, device="cuda", generator=g).tril(-1) * 0.1
     Y += torch.eye(1000, 128, device="cuda")
-    G = gram_product(Y, 16, gram)
+    G = gram_product(Y, 16, gram, split_rows)
     ref = Y.double().transpose(1, 2) @ Y.double()
     assert float((G.double() - ref).abs().max() / ref.abs().max()) < 1e-5
 

@@ -179,6 +179,25 @@ def test_a_gram_on_tensor_cores_needs_the_block_t_kernel():
     route(driver="twolevel", twolevel=dict(gram="fp16x3", block_t="kernel"))
 
 
+def test_a_gram_split_over_rows_gives_the_unsplit_factors():
+    """twolevel.gram_split_rows 32 at n=70 (outer 32): the first block's 70 rows in three splits,
+    the second's 38 in two; the factors are the unsplit Gram's to rounding."""
+    A = special_matrices(70, batch=3)
+    two = dict(block_t="kernel", gram="fp16x3")
+    H_ref, tau_ref = DRIVERS["twolevel"](A, route(driver="twolevel", twolevel=two))
+    H, tau = DRIVERS["twolevel"](A, route(driver="twolevel", twolevel={**two, "gram_split_rows": 32}))
+    torch.testing.assert_close(H, H_ref, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(tau, tau_ref, atol=1e-6, rtol=1e-5)
+    assert harness_check(A, H, tau) < 0.5
+
+
+def test_a_gram_split_needs_the_triton_gram():
+    with pytest.raises(ValueError, match="twolevel.gram_split_rows: got 64 with twolevel.gram cublas"):
+        route(driver="twolevel", twolevel=dict(block_t="kernel", gram_split_rows=64))
+    with pytest.raises(ValueError, match="twolevel.gram_split_rows: 0 \\(off\\) or a power of two in 32"):
+        route(driver="twolevel", twolevel=dict(block_t="kernel", gram="fp16x3", gram_split_rows=16))
+
+
 @pytest.mark.parametrize("far_tcontract,t_in_tf32", [("tf32", True), ("fp32", False), ("tf32x3", None)])
 def test_far_update_runs_its_t_product_in_its_own_precision(monkeypatch, far_tcontract, t_in_tf32):
     """tf32 does not exist on the CPU, so this checks the wiring: which cuBLAS products see

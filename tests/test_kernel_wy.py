@@ -72,3 +72,33 @@ def test_gram_kernel_matches_torch(L, ob, width):
     assert float((G.double() - ref).abs().max() / ref.abs().max()) < 1e-6
     rounded = Y.half().double()  # one fp16 pass would miss the bound by far: the split is real
     assert float((rounded.transpose(1, 2) @ rounded - ref).abs().max() / ref.abs().max()) > 1e-5
+
+
+@pytest.mark.parametrize("L,ob,width,split_rows", [(77, 32, 16, 32), (100, 64, 16, 32), (130, 64, 32, 64)])
+def test_gram_split_over_rows_sums_to_the_whole_product(L, ob, width, split_rows):
+    """TwoLevelKnobs.gram_split_rows: the splits' parts summed give Y^T Y as the unsplit kernel
+    does, to fp32 rounding (another order of sums). (100, 64, 16, 32): row strips 2 and 3 of G
+    start below row 32, so their first split walks no row and must write zeros; L=77 and 130:
+    a last split only partly inside Y."""
+    Y = block_reflectors(2, L, ob, seed=L)
+    whole = gram_product(Y, width, "fp16x3").clone()
+    split = gram_product(Y, width, "fp16x3", split_rows)
+    ref = Y.double().transpose(1, 2) @ Y.double()
+    assert float((split.double() - ref).abs().max() / ref.abs().max()) < 1e-6
+    torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-5)
+
+
+def test_a_split_gram_feeds_the_block_t_kernel():
+    """block_t with gram_split_rows gives the unsplit block T, to rounding."""
+    g = torch.Generator().manual_seed(11)
+    batch, L, ob, width = 2, 90, 32, 16
+    Y, inner = torch.zeros(batch, L, ob), torch.zeros(batch, ob // width, width, width)
+    for i in range(batch):
+        _, tau, _, V = panel_ref(torch.randn(L, ob, generator=g, dtype=torch.float64))
+        Y[i] = V.float()
+        for k in range(ob // width):
+            inner[i, k] = larft(V[:, k * width:(k + 1) * width], tau[k * width:(k + 1) * width]).float()
+    Y, inner = Y.to(DEVICE), inner.to(DEVICE)
+    split = block_t(Y, inner, width, torch.empty(batch, ob, ob, device=DEVICE), "fp16x3", 32)
+    whole = block_t(Y, inner, width, torch.empty(batch, ob, ob, device=DEVICE), "fp16x3")
+    torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-4)
