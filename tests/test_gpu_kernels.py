@@ -41,57 +41,63 @@ def test_cooperative_panel_with_several_programs(programs, exchange, unroll):
         torch.testing.assert_close(T[i].double().cpu(), T_ref, atol=1e-4, rtol=1e-3)
 
 
+def case(name, driver, n, **knobs):
+    """One route of test_drivers_pass_the_gate_on_gpu, named (gpu_plan.sh selects them by -k)."""
+    return pytest.param(driver, n, knobs, id=name)
+
+
+TALL16 = dict(width=16, num_warps=((None, 8),))  # the two-level routes' inner panels
+SHUFFLE32 = dict(width=32, unroll=4, broadcast="shuffle")  # the champion's mid panel
+FUSED = dict(bm=16, bn=128, fuse_next=True)  # the champion's mid strip
+FAR_TF32 = dict(outer=128, far_precision="tf32")
+SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
+
+
 @pytest.mark.parametrize("driver,n,knobs", [
-    ("blocked", 200, dict(panel=dict(width=16), strip=dict(bm=32, bn=16))),
-    ("blocked", 520, dict(panel=dict(width=32, num_warps=((256, 4), (None, 8))), strip=dict(bm=32, bn=64))),
-    ("blocked", 352, dict(panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=32))),
-    ("blocked", 520, dict(panel=dict(width=32, row_tiles=2, unroll=4), strip=dict(bm=32, bn=64))),
+    case("blocked16", "blocked", 200, panel=dict(width=16), strip=dict(bm=32, bn=16)),
+    case("blocked32-warps", "blocked", 520, panel=dict(width=32, num_warps=((256, 4), (None, 8))),
+         strip=dict(bm=32, bn=64)),
+    case("blocked16-rowtiles", "blocked", 352, panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=32)),
+    case("blocked32-rowtiles", "blocked", 520, panel=dict(width=32, row_tiles=2, unroll=4), strip=dict(bm=32, bn=64)),
     # the next panel's projection fused with this panel's update (strip.fuse_next)
-    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle"), strip=dict(bm=16, bn=128, fuse_next=True))),
-    ("blocked", 200, dict(panel=dict(width=16), strip=dict(bm=32, bn=32, fuse_next=True))),
-    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", apply_pending=True),
-                          strip=dict(bm=16, bn=128, fuse_next=True))),
+    case("fused", "blocked", 520, panel=SHUFFLE32, strip=FUSED),
+    case("fused16", "blocked", 200, panel=dict(width=16), strip=dict(bm=32, bn=32, fuse_next=True)),
+    case("pending", "blocked", 520, panel=dict(SHUFFLE32, apply_pending=True), strip=FUSED),
     # the next panel's update in the fused strip's tail (strip.tail_update), ragged last panel
-    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle"),
-                          strip=dict(bm=16, bn=128, fuse_next=True, tail_update=True))),
+    case("tail", "blocked", 520, panel=SHUFFLE32, strip=dict(FUSED, tail_update=True)),
     # the panel in two halves (panel.split 2), with the fused strip as in the champion
-    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", split=2),
-                          strip=dict(bm=16, bn=128, fuse_next=True))),
+    case("split", "blocked", 520, panel=dict(SHUFFLE32, split=2), strip=FUSED),
+    # 64-column split panels and the fused pass at BB 64 (champion-w64)
+    case("w64", "blocked", 520, panel=dict(SHUFFLE32, width=64, split=2, num_warps=((256, 4), (None, 8))),
+         strip=dict(bm=16, bn=64, num_warps=8, fuse_next=True)),
     # the panel capped at 168 registers (it spills; champion-panelregs)
-    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", max_registers=168),
-                          strip=dict(bm=16, bn=64))),
+    case("panelregs", "blocked", 520, panel=dict(SHUFFLE32, max_registers=168), strip=dict(bm=16, bn=64)),
     # ... only on panels of at most 256 padded rows (no spill there: champion-shortregs)
-    ("blocked", 520, dict(panel=dict(width=32, unroll=4, broadcast="shuffle", max_registers=((256, 168), (None, 0))),
-                          strip=dict(bm=16, bn=128, fuse_next=True))),
-    ("twolevel", 520, dict(panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=64),
-                           twolevel=dict(outer=32, far_update="strip", block_t="kernel", gram="fp16x3"))),
-    ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
-                            twolevel=dict(outer=128, far_precision="tf32"))),
-    ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),), row_tiles=2), strip=dict(bm=64, bn=32),
-                            twolevel=dict(outer=128, far_precision="tf32", block_t="kernel", gram="fp16x3"))),
-    ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
-                            twolevel=dict(outer=128, far_precision="tf32", far_tcontract="fp32"))),
+    case("shortregs", "blocked", 520, panel=dict(SHUFFLE32, max_registers=((256, 168), (None, 0))), strip=FUSED),
+    case("2l-farstrip", "twolevel", 520, panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=64),
+         twolevel=dict(outer=32, far_update="strip", block_t="kernel", gram="fp16x3")),
+    case("2l", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32), twolevel=FAR_TF32),
+    case("2l-gram", "twolevel", 1100, panel=dict(TALL16, row_tiles=2), strip=dict(bm=64, bn=32),
+         twolevel=dict(FAR_TF32, block_t="kernel", gram="fp16x3")),
+    case("2l-fp32t", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32")),
     # the first far update's last product from A into H by one Triton launch, in tf32
-    ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
-                            twolevel=dict(outer=128, far_precision="tf32", far_tcontract="fp32", first_far="direct"))),
-    ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
-                            twolevel=dict(outer=128, far_precision="tf32", far_tcontract="fp32",
-                                          first_far="direct_rounded"))),
-    ("twolevel", 1100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
-                            twolevel=dict(outer=128, far_precision="tf32", far_tcontract="tf32x3"))),
-    ("coop", 1600, dict(panel=dict(width=32, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
-                        twolevel=dict(outer=256), coop=dict(programs=4, max_rows=512))),
-    ("coop", 2100, dict(panel=dict(width=16, num_warps=((None, 8),)), strip=dict(bm=64, bn=32, split_rows=256),
-                        twolevel=dict(outer=128, far_precision="tf32"),
-                        coop=dict(programs=4, max_rows=512, exchange="slots"))),
-    ("coop", 2100, dict(panel=dict(width=16, num_warps=((None, 8),), unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
-                        twolevel=dict(outer=128, far_precision="tf32", far_tcontract="fp32", block_t="kernel"),
-                        coop=dict(programs=4, max_rows=512, exchange="slots"))),
+    case("2l-direct", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", first_far="direct")),
+    case("2l-rounded", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", first_far="direct_rounded")),
+    case("2l-tf32x3t", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
+         twolevel=dict(FAR_TF32, far_tcontract="tf32x3")),
+    case("coop256", "coop", 1600, panel=dict(width=32, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
+         twolevel=dict(outer=256), coop=dict(programs=4, max_rows=512)),
+    case("coop-split", "coop", 2100, panel=TALL16, strip=dict(bm=64, bn=32, split_rows=256), twolevel=FAR_TF32,
+         coop=SLOTS4),
+    case("coop-blockt", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"), coop=SLOTS4),
     # the Gram product split over rows (champion-gramsplit)
-    ("coop", 2100, dict(panel=dict(width=16, num_warps=((None, 8),), unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
-                        twolevel=dict(outer=128, far_precision="tf32", far_tcontract="fp32", block_t="kernel",
-                                      gram="fp16x3", gram_split_rows=256),
-                        coop=dict(programs=4, max_rows=512, exchange="slots"))),
+    case("gramsplit", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256),
+         coop=SLOTS4),
 ])
 @pytest.mark.parametrize("prec", ["fp16x3", "tf32x3"])
 def test_drivers_pass_the_gate_on_gpu(driver, n, knobs, prec):

@@ -4,11 +4,14 @@ On the interpreter the grouped program broadcasts column k by a sum over the gro
 inline assembly there), so these tests check the grouped arithmetic against the plain
 panel; the indexed shuffle itself has its GPU twin in test_gpu_kernels.py.
 """
+import os
+
 import pytest
 import torch
 from kernel_helpers import harness_check, route, special_matrices
 
 from qrsub.kernels.blocked import qr_blocked
+from qrsub.kernels.naive import panel_ref
 from qrsub.kernels.panel import householder_panel, panel_launch
 from qrsub.kernels.plan import PanelKnobs
 
@@ -72,23 +75,23 @@ def factor_panel_at(A, j, width, split, write_tv=True):
     return H, tau[:, j:j + width], T, V
 
 
-@pytest.mark.parametrize("n,j,write_tv", [(48, 0, True), (64, 16, True), (48, 16, False)])
-def test_a_split_panel_gives_the_whole_panels_factors(n, j, write_tv):
+@pytest.mark.parametrize("n,j,width,write_tv", [(48, 0, 32, True), (64, 16, 32, True), (48, 16, 32, False)])
+def test_a_split_panel_gives_the_whole_panels_factors(n, j, width, write_tv):
     """panel.split 2: the left half's reflectors, their block reflector applied to the right half
     in fp16x3, the right half's reflectors, T merged: the whole panel's factors, tau, T and V to
     fp16x3's accuracy, and no other column written. write_tv False: a last panel (no T, no V).
     The special matrices hold a zero column, a zero matrix, the identity, rank deficiency."""
     A = special_matrices(n, batch=5)
-    whole = factor_panel_at(A, j, 32, 1, write_tv)
-    split = factor_panel_at(A, j, 32, 2, write_tv)
+    whole = factor_panel_at(A, j, width, 1, write_tv)
+    split = factor_panel_at(A, j, width, 2, write_tv)
     H, H0 = split[0], whole[0]
-    torch.testing.assert_close(H[:, j:, j:j + 32], H0[:, j:, j:j + 32], atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(H[:, j:, j:j + width], H0[:, j:, j:j + width], atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(split[1], whole[1], atol=2e-5, rtol=1e-4)
     if write_tv:
         torch.testing.assert_close(split[2], whole[2], atol=2e-5, rtol=1e-4)
         torch.testing.assert_close(split[3], whole[3], atol=2e-5, rtol=1e-4)
     outside = torch.ones_like(A, dtype=torch.bool)
-    outside[:, j:, j:j + 32] = False
+    outside[:, j:, j:j + width] = False
     assert torch.equal(H[outside], A[outside]), "only the panel's rows and columns are written"
 
 
@@ -106,10 +109,31 @@ def test_a_split_needs_halves_that_feed_tensor_cores_and_keep_the_shuffles_layou
     assert not split(32, 8, j=32)
 
 
-def test_blocked_qr_with_a_split_panel_passes_the_gate():
-    A = special_matrices(64, batch=2)
-    H, tau = qr_blocked(A, route(panel=dict(width=32, broadcast="shuffle", unroll=4, split=2),
-                                 strip=dict(fuse_next=True)))
+def test_a_64_column_split_panel_gives_the_reference_factors():
+    """Width 64 (champion-w64): halves of 32, against the float64 reference panel (the whole
+    grouped panel at 64 columns takes minutes on the interpreter)."""
+    A = special_matrices(80, batch=5)
+    j, width = 16, 64
+    H, tau, T, V = factor_panel_at(A, j, width, 2)
+    for i in range(A.shape[0]):
+        P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + width].double())
+        torch.testing.assert_close(H[i, j:, j:j + width].double(), P, atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(tau[i].double(), tau_ref, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(T[i].double(), T_ref, atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(V[i, j:].double(), V_ref, atol=1e-4, rtol=1e-3)
+
+
+SLOW = pytest.mark.skipif(not os.environ.get("QRSUB_SLOW"), reason="4 minutes on the interpreter: QRSUB_SLOW=1 "
+                          "runs it; the GPU twin (test_drivers_pass_the_gate_on_gpu, w64) runs it at n = 520")
+
+
+@pytest.mark.parametrize("n,width,bn", [(64, 32, 16), pytest.param(144, 64, 64, marks=SLOW)])
+def test_blocked_qr_with_a_split_panel_passes_the_gate(n, width, bn):
+    """The fused driver on split panels, against 32-wide whole panels. Width 64 (champion-w64):
+    panels of 64, 64 and 16 columns, the fused pass and the rank update at BB 64."""
+    A = special_matrices(n, batch=2)
+    H, tau = qr_blocked(A, route(panel=dict(width=width, broadcast="shuffle", unroll=4, split=2),
+                                 strip=dict(fuse_next=True, bn=bn)))
     H0, tau0 = qr_blocked(A, route(panel=dict(width=32, broadcast="shuffle", unroll=4)))
     torch.testing.assert_close(H, H0, atol=1e-4, rtol=1e-3)
     assert harness_check(A, H, tau) < 0.5

@@ -9,6 +9,7 @@
 #   bash tools/gpu_plan.sh decide     # the first calls' wall times (tools/call_phases.py), then means (~9 min cold)
 #   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
 #   bash tools/gpu_plan.sh profile V  # qrsub profile of variant V, every benchmark case (~2 min)
+#   bash tools/gpu_plan.sh sweep64    # champion-w64's fused pass tiles (strip bm, bn, warps) at 640x512 (~8 min)
 #   bash tools/gpu_plan.sh ranked V SEL  # the service's ranked run (test, benchmark, leaderboard stages)
 #                                        # of variant V on cases SEL, e.g. 0-5 then 6-11 (~5 min each)
 # Logs and JSON go under $OUT (the device tool's output folder), else ./gpu-results.
@@ -16,11 +17,11 @@
 # offline install does.
 set -u
 case "${1:-}" in
-check|means|decide) ;;
+check|means|decide|sweep64) ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
 ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
 ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
-*) sed -n '2,16p' "$0"; exit 2 ;;
+*) sed -n '2,15p' "$0"; exit 2 ;;
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
@@ -37,9 +38,12 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
-# Each graphed route's first launches in a graph of their own, replayed before the rest
-# (graph.head); the mid panel capped at 168 registers on panels of at most 256 rows.
-EXPERIMENTS="variants/champion-head.yaml variants/champion-shortregs.yaml"
+# The mid route on 64-column split panels with a BB-64 fused pass (first: the ncu below profiles
+# it); each graphed route's first launches in a graph of their own, replayed before the rest
+# (graph.head); the mid panel capped at 168 registers on panels of at most 256 rows; the huge
+# and giant routes' Gram product split over rows.
+EXPERIMENTS="variants/champion-w64.yaml variants/champion-head.yaml variants/champion-shortregs.yaml
+             variants/champion-gramsplit.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
@@ -50,9 +54,10 @@ case "${1:-}" in
 check)
     timeout 400 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $EXPERIMENTS $BASELINES --budget 260 \
         --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -60
-    # The experiments' own twins first (knobs10: the capped short panels' driver case): the
-    # general list below did not finish in 150 s (s11).
-    timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -k "head or knobs10" \
+    # The experiments' own twins first (by the driver cases' ids): the general list below did
+    # not finish in 150 s (s11).
+    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
+        -k "head or shortregs or w64 or gramsplit or gram_kernel" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
         -k "grouped or inplace or relocate or shuffle or graph_replays or tf32 or (drivers_pass and not coop)" \
@@ -91,6 +96,13 @@ means|decide)
         python3 -m qrsub test --local "$v" --mode benchmark --cases 0,1,2,4,5,6 --timeout 150 \
             --json "$OUT/means-$(basename "$v" .yaml).json" 2>&1 | tee "$OUT/means-$(basename "$v" .yaml).txt" | tail -30
     done
+    ;;
+sweep64)
+    # Only if champion-w64 won check's bench: its strip tiles (ptxas, Triton 3.6: BM 16 BN 64 8
+    # warps 120 registers; BM 32 BN 64 8 warps 159; BM 16 BN 32 4 warps 121; BN 128 spills).
+    timeout 560 python3 -m qrsub sweep variants/champion-w64.yaml --cases n=512 --budget 40 \
+        --set mid.strip.bm=16,32 --set mid.strip.bn=32,64 --set mid.strip.num_warps=4,8 \
+        2>&1 | tee "$OUT/sweep64.txt" | tail -40
     ;;
 profile)
     timeout 200 python3 -m qrsub profile "$2" --json "$OUT/profile-$(basename "$2" .yaml).json" \
