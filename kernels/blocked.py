@@ -265,7 +265,8 @@ def factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far):
             trailing_strip(src if j == 0 else H, H, Vb, Ti, j, j + bw, J + ob - j - bw,
                            strip=route.strip, precision=route.precision, v_col_off=j - J)
     if far and route.twolevel.block_t == "kernel":
-        block_t(Vb[:, J:, :ob], Tin, b, Tb[:, :ob, :ob], route.twolevel.gram, route.twolevel.gram_split_rows)
+        two = route.twolevel
+        block_t(Vb[:, J:, :ob], Tin, b, Tb[:, :ob, :ob], two.gram, two.gram_split_rows, two.gram_columns)
     elif far:
         wy_merge(Vb[:, J:, :ob], Tin, widths, Tb[:, :ob, :ob])
 

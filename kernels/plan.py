@@ -247,6 +247,13 @@ class TwoLevelKnobs:
                                                                      "summed by a second launch: for batches "
                                                                      "that leave SMs idle); 0: one program a "
                                                                      "row strip of G walks all the rows")
+    gram_columns: int = knob(0, Pow2(16, 512, zero_is_off=True), "with gram fp16x3 or tf32x3: columns of G a "
+                                                                  "program of the Gram product writes, only "
+                                                                  "those right of its rows' diagonal block "
+                                                                  "(the blocks block_t reads: about 60% of "
+                                                                  "the products at outer 128 and 64 "
+                                                                  "columns); 0: every column, one program a "
+                                                                  "row strip")
 
 
 @dataclass(frozen=True)
@@ -383,9 +390,10 @@ def route_problems(driver: str, sections: dict) -> list:
     if twolevel.gram != "cublas" and twolevel.block_t != "kernel" and not value_problems(twolevel):
         out.append((("twolevel", "gram"), f"got {twolevel.gram} with twolevel.block_t {twolevel.block_t}; "
                     "allowed: cublas, or block_t kernel (the torch merge takes cuBLAS's product)"))
-    if twolevel.gram_split_rows and twolevel.gram == "cublas" and not value_problems(twolevel):
-        out.append((("twolevel", "gram_split_rows"), f"got {twolevel.gram_split_rows} with twolevel.gram cublas; "
-                    "allowed: 0, or a split with gram fp16x3 or tf32x3 (the split is the Triton Gram's)"))
+    for name in ("gram_split_rows", "gram_columns"):
+        if getattr(twolevel, name) and twolevel.gram == "cublas" and not value_problems(twolevel):
+            out.append((("twolevel", name), f"got {getattr(twolevel, name)} with twolevel.gram cublas; allowed: 0, "
+                        "or a value with gram fp16x3 or tf32x3 (it shapes the Triton Gram's programs)"))
     if width_ok and panel.width < MIN_DOT_WIDTH:
         out.append((("panel", "width"), f"got {panel.width} with driver {driver}; allowed: at least "
                     f"{MIN_DOT_WIDTH} (the inner panels' V and T feed tensor-core products)"))

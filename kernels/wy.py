@@ -78,61 +78,70 @@ def block_t_kernel(g_ptr, tin_ptr, t_ptr, g_bs, g_ld, tin_bs, tin_ps, tin_ld, t_
 
 @triton.jit
 def gram_kernel(y_ptr, g_ptr, L, rows_per, y_bs, y_ld, g_bs, g_ss, g_ld,
-                OB: tl.constexpr, B: tl.constexpr, BM: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr):
-    """Grid: (OB // B, splits, batch). Program (q, c, i) writes rows [q*B, (q+1)*B) of the part
-    of matrix i's Gram matrix G = Y^T Y that Y's rows [c*rows_per, (c+1)*rows_per) give
-    (g_ptr + i*g_bs + c*g_ss, row stride g_ld; OB columns), Y being L x OB at y_ptr + i*y_bs
-    (row stride y_ld), unit lower trapezoidal: its block column q is zero above row q*B, so
-    the row loop starts there (a split wholly above it writes zeros). One split
-    (rows_per >= L) writes G itself. Products in PREC (precision.dot_prec).
-    Invariants: OB, B, BM powers of two >= 16, B divides OB, BM divides rows_per.
+                OB: tl.constexpr, B: tl.constexpr, CW: tl.constexpr, UPPER: tl.constexpr, BM: tl.constexpr,
+                PREC: tl.constexpr, PDL: tl.constexpr):
+    """Grid: ((OB // B) * (OB // CW), splits, batch). Program (q * (OB // CW) + h, c, i) writes
+    rows [q*B, (q+1)*B) x columns [h*CW, (h+1)*CW) of the part of matrix i's Gram matrix
+    G = Y^T Y that Y's rows [c*rows_per, (c+1)*rows_per) give (g_ptr + i*g_bs + c*g_ss, row
+    stride g_ld), Y being L x OB at y_ptr + i*y_bs (row stride y_ld), unit lower trapezoidal:
+    its block column q is zero above row q*B, so the row loop starts there (a split wholly
+    above it writes zeros). One split (rows_per >= L) writes G itself. UPPER: a program whose
+    columns all lie left of column (q+1)*B writes nothing (block_t_kernel reads only the blocks
+    above G's block diagonal). Products in PREC (precision.dot_prec).
+    Invariants: OB, B, CW, BM powers of two >= 16, B and CW divide OB, BM divides rows_per.
     PDL: launch.wait_for_previous first.
     """
     wait_for_previous(PDL)
-    q = tl.program_id(0)
+    q = tl.program_id(0) // (OB // CW)
+    h = tl.program_id(0) % (OB // CW)
     c = tl.program_id(1)
     pid = tl.program_id(2).to(tl.int64)
-    y = y_ptr + pid * y_bs
-    cb = tl.arange(0, B)
-    co = tl.arange(0, OB)
-    end = tl.minimum(L, (c + 1) * rows_per)
-    acc = tl.zeros((B, OB), dtype=tl.float32)
-    for r0 in range(tl.maximum(c * rows_per, ((q * B) // BM) * BM), end, BM):
-        rm = r0 + tl.arange(0, BM)
-        Y_q = tl.load(y + rm[:, None] * y_ld + (q * B + cb)[None, :], mask=(rm < end)[:, None], other=0.0)
-        Y_all = tl.load(y + rm[:, None] * y_ld + co[None, :], mask=(rm < end)[:, None], other=0.0)
-        acc = dot_prec(tl.trans(Y_q), Y_all, acc, PREC)
-    tl.store(g_ptr + pid * g_bs + c * g_ss + (q * B + cb)[:, None] * g_ld + co[None, :], acc)
+    if not UPPER or (h + 1) * CW > (q + 1) * B:
+        y = y_ptr + pid * y_bs
+        cb = tl.arange(0, B)
+        co = h * CW + tl.arange(0, CW)
+        end = tl.minimum(L, (c + 1) * rows_per)
+        acc = tl.zeros((B, CW), dtype=tl.float32)
+        for r0 in range(tl.maximum(c * rows_per, ((q * B) // BM) * BM), end, BM):
+            rm = r0 + tl.arange(0, BM)
+            Y_q = tl.load(y + rm[:, None] * y_ld + (q * B + cb)[None, :], mask=(rm < end)[:, None], other=0.0)
+            Y_h = tl.load(y + rm[:, None] * y_ld + co[None, :], mask=(rm < end)[:, None], other=0.0)
+            acc = dot_prec(tl.trans(Y_q), Y_h, acc, PREC)
+        tl.store(g_ptr + pid * g_bs + c * g_ss + (q * B + cb)[:, None] * g_ld + co[None, :], acc)
 
 
-def gram_product(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0) -> torch.Tensor:
+def gram_product(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, columns: int = 0) -> torch.Tensor:
     """Y^T Y (batch x ob x ob) for a block of inner panels `width` wide: cuBLAS in fp32 when
     `gram` (TwoLevelKnobs.gram) is "cublas", else gram_kernel in that precision, its rows split
     over programs split_rows at a time where Y is taller (TwoLevelKnobs.gram_split_rows; 0: not
-    split), the splits' parts then summed in a fixed order by torch."""
+    split), the splits' parts then summed in a fixed order by torch. columns > 0
+    (TwoLevelKnobs.gram_columns): programs of that many columns, and only the blocks above the
+    block diagonal (width x width blocks) are written; the others hold anything."""
     if gram == "cublas":
         return torch.bmm(Y.transpose(1, 2), Y)
     batch, L, ob = Y.shape
     G = scratch("gram", (batch, ob, ob), Y.dtype, Y.device)
     splits = triton.cdiv(L, split_rows) if split_rows else 1
     parts = scratch("gram_parts", (batch, splits, ob, ob), Y.dtype, Y.device) if splits > 1 else G[:, None]
-    gram_kernel[(ob // width, splits, batch)](Y, parts, L, split_rows if splits > 1 else L, Y.stride(0),
-                                              Y.stride(1), parts.stride(0), parts.stride(1), parts.stride(2),
-                                              OB=ob, B=width, BM=GRAM_BM, PREC=gram, num_warps=4, **pdl_launch())
+    cw = min(columns, ob) if columns else ob
+    gram_kernel[((ob // width) * (ob // cw), splits, batch)](
+        Y, parts, L, split_rows if splits > 1 else L, Y.stride(0), Y.stride(1), parts.stride(0), parts.stride(1),
+        parts.stride(2), OB=ob, B=width, CW=cw, UPPER=columns > 0, BM=GRAM_BM, PREC=gram, num_warps=4,
+        **pdl_launch())
     if splits > 1:
         torch.sum(parts, dim=1, out=G)
     return G
 
 
 def block_t(Y: torch.Tensor, inner_T: torch.Tensor, width: int, out: torch.Tensor, gram: str = "cublas",
-            gram_split_rows: int = 0):
+            gram_split_rows: int = 0, gram_columns: int = 0):
     """wy_merge's result in one launch after the Gram product (gram_product(Y, width, gram,
-    gram_split_rows)): every
+    gram_split_rows, gram_columns)): every
     inner panel `width` wide (a block with a far update is whole), inner_T: batch x
     ob/width x width x width."""
     batch, _, ob = Y.shape
     assert ob % width == 0 and inner_T.shape[-1] == width and inner_T.shape[1] >= ob // width
-    G = gram_product(Y, width, gram, gram_split_rows)
+    G = gram_product(Y, width, gram, gram_split_rows, gram_columns)
     block_t_kernel[(ob // width, batch)](
         G, inner_T, out, G.stride(0), G.stride(1), inner_T.stride(0), inner_T.stride(1),
         inner_T.stride(2), out.stride(0), out.stride(1), OB=ob, B=width, num_warps=1 if width <= 16 else 2,

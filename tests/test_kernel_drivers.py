@@ -191,9 +191,22 @@ def test_a_gram_split_over_rows_gives_the_unsplit_factors():
     assert harness_check(A, H, tau) < 0.5
 
 
-def test_a_gram_split_needs_the_triton_gram():
+def test_a_gram_by_column_chunks_gives_the_whole_gram_s_factors():
+    """twolevel.gram_columns 16 at n=70 (outer 32, inner panels of 16): the factors are the whole
+    Gram's, to rounding."""
+    A = special_matrices(70, batch=3)
+    two = dict(block_t="kernel", gram="fp16x3")
+    H_ref, tau_ref = DRIVERS["twolevel"](A, route(driver="twolevel", twolevel=two))
+    H, tau = DRIVERS["twolevel"](A, route(driver="twolevel", twolevel={**two, "gram_columns": 16}))
+    torch.testing.assert_close(H, H_ref, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(tau, tau_ref, atol=1e-6, rtol=1e-5)
+
+
+def test_gram_splits_and_chunks_need_the_triton_gram():
     with pytest.raises(ValueError, match="twolevel.gram_split_rows: got 64 with twolevel.gram cublas"):
         route(driver="twolevel", twolevel=dict(block_t="kernel", gram_split_rows=64))
+    with pytest.raises(ValueError, match="twolevel.gram_columns: got 32 with twolevel.gram cublas"):
+        route(driver="twolevel", twolevel=dict(block_t="kernel", gram_columns=32))
     with pytest.raises(ValueError, match="twolevel.gram_split_rows: 0 \\(off\\) or a power of two in 32"):
         route(driver="twolevel", twolevel=dict(block_t="kernel", gram="fp16x3", gram_split_rows=16))
 

@@ -102,3 +102,35 @@ def test_a_split_gram_feeds_the_block_t_kernel():
     split = block_t(Y, inner, width, torch.empty(batch, ob, ob, device=DEVICE), "fp16x3", 32)
     whole = block_t(Y, inner, width, torch.empty(batch, ob, ob, device=DEVICE), "fp16x3")
     torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-4)
+
+
+def upper_blocks(ob, width):
+    """The mask of the blocks above the block diagonal (width x width blocks) of an ob x ob matrix."""
+    blocks = torch.arange(ob) // width
+    return blocks[:, None] < blocks[None, :]
+
+
+@pytest.mark.parametrize("L,ob,width,columns,split_rows", [(77, 64, 16, 32, 0), (100, 64, 16, 16, 32),
+                                                           (90, 32, 16, 64, 0)])
+def test_gram_by_column_chunks_writes_the_blocks_block_t_reads(L, ob, width, columns, split_rows):
+    """TwoLevelKnobs.gram_columns: programs of `columns` columns, those wholly left of their rows'
+    first column past the diagonal block skipped: the blocks above the block diagonal equal the
+    whole kernel's, split over rows or not. columns 64 > ob 32: one chunk a row strip."""
+    Y = block_reflectors(2, L, ob, seed=L + columns)
+    whole = gram_product(Y, width, "fp16x3").clone()
+    chunks = gram_product(Y, width, "fp16x3", split_rows, columns)
+    upper = upper_blocks(ob, width).to(DEVICE)
+    torch.testing.assert_close(chunks[:, upper], whole[:, upper], atol=1e-5, rtol=1e-5)
+
+
+def test_a_gram_by_column_chunks_skips_the_blocks_block_t_does_not_read():
+    """The skipped programs write nothing: G's blocks on and below the diagonal keep what the
+    scratch buffer held (NaN here), so the skip is real."""
+    Y = block_reflectors(1, 70, 64, seed=4)
+    G = gram_product(Y, 16, "fp16x3")
+    G.fill_(float("nan"))
+    G = gram_product(Y, 16, "fp16x3", columns=32)
+    upper = upper_blocks(64, 16).to(DEVICE)
+    assert not G[:, upper].isnan().any()
+    assert G[0, 48:, :].isnan().all(), "the last row strip feeds no block of T"
+    assert G[0, 16:32, :32].isnan().all(), "row strip 1's first chunk lies on and left of its diagonal block"

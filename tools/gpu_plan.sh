@@ -41,9 +41,9 @@ PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The mid route on 64-column split panels with a BB-64 fused pass (first: the ncu below profiles
 # it); each graphed route's first launches in a graph of their own, replayed before the rest
 # (graph.head); the mid panel capped at 168 registers on panels of at most 256 rows; the huge
-# and giant routes' Gram product split over rows.
+# and giant routes' Gram product split over rows; the two-level Gram in 64-column programs.
 EXPERIMENTS="variants/champion-w64.yaml variants/champion-head.yaml variants/champion-shortregs.yaml
-             variants/champion-gramsplit.yaml"
+             variants/champion-gramsplit.yaml variants/champion-gramcols.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
@@ -57,7 +57,7 @@ check)
     # The experiments' own twins first (by the driver cases' ids): the general list below did
     # not finish in 150 s (s11).
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "head or shortregs or w64 or gramsplit or gram_kernel" \
+        -k "head or shortregs or w64 or gramsplit or gramcols or gram_kernel" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
         -k "grouped or inplace or relocate or shuffle or graph_replays or tf32 or (drivers_pass and not coop)" \
