@@ -8,7 +8,8 @@ TwoLevelKnobs.block_t picks how: `merge` runs the walk as torch products (about 
 small launches per inner block), `kernel` runs it in one Triton launch per block
 (block_t_kernel) after the same Gram product. With `kernel`, TwoLevelKnobs.gram picks
 the Gram product: cuBLAS in fp32 (CUDA cores), or gram_kernel on tensor cores in a
-split precision.
+split precision, its programs spread over Y's rows (TwoLevelKnobs.gram_split_rows) and
+cut to the blocks block_t reads (TwoLevelKnobs.gram_columns) where those knobs say.
 """
 import torch
 import triton
@@ -136,9 +137,8 @@ def gram_product(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, co
 def block_t(Y: torch.Tensor, inner_T: torch.Tensor, width: int, out: torch.Tensor, gram: str = "cublas",
             gram_split_rows: int = 0, gram_columns: int = 0):
     """wy_merge's result in one launch after the Gram product (gram_product(Y, width, gram,
-    gram_split_rows, gram_columns)): every
-    inner panel `width` wide (a block with a far update is whole), inner_T: batch x
-    ob/width x width x width."""
+    gram_split_rows, gram_columns)): every inner panel `width` wide (a block with a far update
+    is whole), inner_T: batch x ob/width x width x width."""
     batch, _, ob = Y.shape
     assert ob % width == 0 and inner_T.shape[-1] == width and inner_T.shape[1] >= ob // width
     G = gram_product(Y, width, gram, gram_split_rows, gram_columns)
