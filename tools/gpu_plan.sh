@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The next GPU session's plan (docs/perf-log.md, "Next"), one stage per device call, each
 # well inside a 10-minute call. Run from the repository root on the GPU machine:
-#   bash tools/gpu_plan.sh check      # the bench of every experiment, geqrf and concurrent, the GPU twins,
-#                                     # and Nsight Compute on the first experiment at 640x512 (~7 min)
+#   bash tools/gpu_plan.sh check      # each experiment benched on the cases it touches (with geqrf and
+#                                     # concurrent unless BASELINES=), its GPU twins, and Nsight Compute
+#                                     # on the first experiment at 640x512 (~8 min)
+#   bash tools/gpu_plan.sh twins      # the general list of GPU twins (~5 min)
 #   bash tools/gpu_plan.sh ncu V CASE  # Nsight Compute's counters for the first panel and strip
 #                                      # launches of variant V on benchmark case CASE (~2 min)
 #   bash tools/gpu_plan.sh means      # the harness's own means (benchmark mode), champion vs champion-capture, one case a route (~5 min)
@@ -17,11 +19,11 @@
 # offline install does.
 set -u
 case "${1:-}" in
-check|means|decide|sweep64) ;;
+check|twins|means|decide|sweep64) ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
 ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
 ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
-*) sed -n '2,15p' "$0"; exit 2 ;;
+*) sed -n '2,17p' "$0"; exit 2 ;;
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
@@ -38,12 +40,16 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
-# The mid route on 64-column split panels with a BB-64 fused pass (first: the ncu below profiles
-# it); each graphed route's first launches in a graph of their own, replayed before the rest
-# (graph.head); the mid panel capped at 168 registers on panels of at most 256 rows; the huge
-# and giant routes' Gram product split over rows; the two-level Gram in 64-column programs.
-EXPERIMENTS="variants/champion-w64.yaml variants/champion-head.yaml variants/champion-shortregs.yaml
-             variants/champion-gramsplit.yaml variants/champion-gramcols.yaml"
+# The experiments, by the cases their routes serve (a variant's other routes are the
+# champion's own code, so its ratio there is 1): at 640x512 the mid route on 64-column split
+# panels with a BB-64 fused pass (first: check's ncu profiles it) and the mid panel capped at
+# 168 registers on panels of at most 256 rows; at n >= 1024 the huge and giant routes' Gram
+# product split over rows and the two-level Gram in 64-column programs; everywhere graphed,
+# each route's first launches in a graph of their own, replayed before the rest (graph.head).
+AT_512="variants/champion-w64.yaml variants/champion-shortregs.yaml"
+AT_1024_UP="variants/champion-gramsplit.yaml variants/champion-gramcols.yaml"
+EVERYWHERE="variants/champion-head.yaml"
+EXPERIMENTS="$AT_512 $AT_1024_UP $EVERYWHERE"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
@@ -52,20 +58,29 @@ BASELINES=${BASELINES-"variants/geqrf.yaml variants/champion-concurrent.yaml"}
 
 case "${1:-}" in
 check)
-    timeout 400 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $EXPERIMENTS $BASELINES --budget 260 \
-        --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -60
-    # The experiments' own twins first (by the driver cases' ids): the general list below did
-    # not finish in 150 s (s11).
+    # Two benches, each of the experiments that touch its cases (--budget shared by the cases;
+    # champion-head leaves the small cases' routes as they are).
+    bench() {  # NAME CASES BUDGET CANDIDATES...
+        local name=$1 cases=$2 budget=$3
+        shift 3
+        timeout $((budget + 120)) python3 -m qrsub bench variants/champion.yaml $PREVIOUS "$@" $BASELINES \
+            --cases "$cases" --budget "$budget" --target 0.003 --json "$OUT/bench-$name.json" 2>&1 \
+            | tee "$OUT/bench-$name.txt" | tail -30
+    }
+    bench 512 n=512 110 $AT_512 $EVERYWHERE
+    bench 1024up 4,5,6,8,11 100 $AT_1024_UP $EVERYWHERE
+    # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
         -k "head or shortregs or w64 or gramsplit or gramcols or gram_kernel" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
-    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
+    # Where the first experiment's 640x512 time goes (about 15 s): `bash $0 ncu` below.
+    bash "$0" ncu ${EXPERIMENTS%% *} 3 > /dev/null 2>&1 && echo "ncu of ${EXPERIMENTS%% *}: in $OUT"
+    ;;
+twins)
+    # The general GPU list (it did not finish in 150 s beside check's bench, s11).
+    timeout 300 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
         -k "grouped or inplace or relocate or shuffle or graph_replays or tf32 or (drivers_pass and not coop)" \
         2>&1 | tee "$OUT/gpu-tests.txt" | tail -5
-    # Where the first experiment's 640x512 time goes now (about 15 s): `bash $0 ncu` below.
-    if [ -n "$EXPERIMENTS" ]; then
-        bash "$0" ncu ${EXPERIMENTS%% *} 3 > /dev/null 2>&1 && echo "ncu of ${EXPERIMENTS%% *}: in $OUT"
-    fi
     ;;
 ncu)
     # Throughput against the ceilings, L2 hits, occupancy and stall reasons of one call's first
