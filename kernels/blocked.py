@@ -76,11 +76,13 @@ def qr_blocked(A: torch.Tensor, route, out=None):
 
 def panel_buffers(A, route, name: str):
     """(T, V) scratch of one panel of route.panel.width columns (padded to BB): batch x BB x BB and
-    batch x n x BB, V's rows indexed like the matrix's."""
+    batch x n x BB, V's rows indexed like the matrix's; with strip.v_parts, V is fp16 and
+    2 BB wide (each value's fp16x3 parts, hi then lo)."""
     batch, n, _ = A.shape
     BB = padded_width(min(route.panel.width, n))
+    parts = route.strip.v_parts
     return (scratch("T" + name, (batch, BB, BB), A.dtype, A.device),
-            scratch("V" + name, (batch, n, BB), A.dtype, A.device))
+            scratch("V" + name, (batch, n, 2 * BB if parts else BB), torch.float16 if parts else A.dtype, A.device))
 
 
 def blocked_two_pass(A, H, tau, route):
@@ -114,13 +116,15 @@ def fused_steps(A, H, tau, route, late_strips=False):
     n = A.shape[1]
     steps = panels(n, min(route.panel.width, n))
     last = len(steps) == 1
-    householder_panel(A, H, tau, None if last else Ts[0], None if last else Vs[0], 0, steps[0][1], knobs=route.panel)
+    parts = route.strip.v_parts
+    householder_panel(A, H, tau, None if last else Ts[0], None if last else Vs[0], 0, steps[0][1], knobs=route.panel,
+                      v_parts=parts)
     yield not last
     if last:
         return
     tail = route.strip.tail_update
     fused_strip(A, H, None, Vs[0], W, Ts[0], 0, steps[0][1], 0, strip=route.strip, precision=route.precision,
-                late_wait=late_strips, tail_cols=steps[1][1] if tail else 0)
+                late_wait=late_strips, tail_cols=steps[1][1] if tail else 0, v_parts=parts)
     yield True
     for k, ((j, bw), (jn, bwn)) in enumerate(zip(steps, steps[1:])):
         src = A if j == 0 else H
@@ -130,15 +134,15 @@ def fused_steps(A, H, tau, route, late_strips=False):
             pending = Pending(src, Va, W[:, :, jn:], j, route.precision.apply)
         elif not tail:  # with the tail, the strip before this panel has applied it
             rank_update(src, H, Va, W[:, :, jn:jn + bwn], j, jn, strip=route.strip,
-                        precision=route.precision.apply, v_row_off=j, ncols=bwn)
+                        precision=route.precision.apply, v_row_off=j, ncols=bwn, v_parts=parts)
         last = jn + bwn >= n
         householder_panel(H, H, tau, None if last else Tb, None if last else Vb, jn, bwn, knobs=route.panel,
-                          pending=pending)
+                          pending=pending, v_parts=parts)
         yield not last
         if not last:
             tail_cols = steps[k + 2][1] if tail else 0
             fused_strip(src, H, Va, Vb, W, Tb, j, jn + bwn, jn, strip=route.strip, precision=route.precision,
-                        late_wait=late_strips, tail_cols=tail_cols)
+                        late_wait=late_strips, tail_cols=tail_cols, v_parts=parts)
             yield True
 
 

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
 from .launch import interpreted, pdl_launch, wait_for_previous
-from .precision import dot_prec
+from .precision import dot_prec, split_fp16
 from .relocate import moved, relocation_args
 
 
@@ -169,12 +169,25 @@ def load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB: tl.constexpr, 
 
 
 @triton.jit
-def store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld):
-    """V of the panel slice P (unit diagonal, zeros above and past bw) into the V buffer."""
+def store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, V_PARTS: tl.constexpr):
+    """V of the panel slice P (unit diagonal, zeros above and past bw) into the V buffer
+    (store_v_tile: V_PARTS)."""
     V = tl.where(rows[:, None] > cols[None, :], P, tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
     V = tl.where((rows[:, None] < L) & (cols[None, :] < bw), V, 0.0)
     v_offs = (v_row_off + rows[:, None]) * v_ld + v_col_off + cols[None, :]
-    tl.store(v_ptr + pid * n * v_ld + v_offs, V.to(v_ptr.dtype.element_ty), mask=rows[:, None] < L)
+    store_v_tile(v_ptr + pid * n * v_ld + v_offs, V, rows[:, None] < L, cols.shape[0], V_PARTS)
+
+
+@triton.jit
+def store_v_tile(at, V, mask, BB: tl.constexpr, V_PARTS: tl.constexpr):
+    """V's tile (fp32) at `at`, in the V buffer's type; with V_PARTS (StripKnobs.v_parts) as its
+    fp16x3 parts, hi there and lo BB columns to the right, which the strips load as they are."""
+    if V_PARTS:
+        hi, lo = split_fp16(V)
+        tl.store(at, hi, mask=mask)
+        tl.store(at + BB, lo, mask=mask)
+    else:
+        tl.store(at, V.to(at.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -218,7 +231,7 @@ def householder_panel_kernel(
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
     SHUFFLE: tl.constexpr, PENDING: tl.constexpr, YB: tl.constexpr, PRE_BM: tl.constexpr,
-    PRE_APPLY: tl.constexpr, SPLIT: tl.constexpr,
+    PRE_APPLY: tl.constexpr, SPLIT: tl.constexpr, V_PARTS: tl.constexpr,
     SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, TAU_SLOT: tl.constexpr, PRE_SLOT: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -243,11 +256,11 @@ def householder_panel_kernel(
         src_ptr = dst_ptr
     if SPLIT:
         panel_program_split(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid, n, L, panel_off, tau_off, t_bs, t_ld,
-                            v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE)
+                            v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE, V_PARTS)
     else:
         panel_program(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
                       n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
-                      BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE)
+                      BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE, V_PARTS)
 
 
 @triton.jit
@@ -256,7 +269,7 @@ def panel_program(
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
-    SHUFFLE: tl.constexpr,
+    SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr,
 ):
     """One program factors the whole panel of matrix pid (an int64 index).
 
@@ -287,7 +300,8 @@ def panel_program(
     """
     if GROUPED:
         panel_program_grouped(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid, n, L, bw, panel_off, tau_off,
-                              t_bs, t_ld, v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE)
+                              t_bs, t_ld, v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE,
+                              V_PARTS)
         return
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
@@ -308,11 +322,11 @@ def panel_program(
     if WRITE_T:
         tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], T)
     if WRITE_V:
-        store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
+        store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, V_PARTS)
     if BL2 > 0:
         tl.store(dst_ptr + pid * n * n + offs2, P2, mask=in_panel2)
         if WRITE_V:
-            store_v(v_ptr, P2, rows2, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
+            store_v(v_ptr, P2, rows2, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, V_PARTS)
 
 
 @triton.jit
@@ -320,7 +334,7 @@ def panel_program_grouped(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
-    UNROLL: tl.constexpr, SHUFFLE: tl.constexpr,
+    UNROLL: tl.constexpr, SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr,
 ):
     """panel_program for PanelKnobs.broadcast shuffle: one row tile, bw == BB, the rows
     16-byte aligned. The tile is loaded as (BL, BB) and reshaped to (BL, BB // 4, 4), which
@@ -347,7 +361,7 @@ def panel_program_grouped(
     if WRITE_T:
         tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], tl.reshape(T, (BB, BB)))
     if WRITE_V:
-        store_v(v_ptr, P2, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
+        store_v(v_ptr, P2, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, V_PARTS)
 
 
 @triton.jit
@@ -414,10 +428,12 @@ def halves_gram(dst, n, L, HB: tl.constexpr, BM: tl.constexpr):
 
 @triton.jit
 def factor_half(src, dst, tau_ptr, v_at, rows, in_rows, groups, L, C0: tl.constexpr, HB: tl.constexpr,
-                BL: tl.constexpr, WRITE_V: tl.constexpr, UNROLL: tl.constexpr, SHUFFLE: tl.constexpr):
+                BL: tl.constexpr, WRITE_V: tl.constexpr, UNROLL: tl.constexpr, SHUFFLE: tl.constexpr,
+                V_PARTS: tl.constexpr):
     """Load columns C0..C0+HB of the panel from src (the grouped layout the shuffle needs), factor
     them, and store them to dst, their tau (tau_ptr at the panel's first) and V (v_at at the
-    panel's first row and column, row stride in it); returns their T (HB x HB)."""
+    panel's first row and column, row stride in it; store_v_tile: V_PARTS, whose lo parts lie
+    the whole panel's 2 HB columns to the right); returns their T (HB x HB)."""
     cols = C0 + tl.arange(0, HB)
     P = tl.load(src + cols[None, :], mask=in_rows, other=0.0)
     G: tl.constexpr = HB // 4
@@ -426,7 +442,7 @@ def factor_half(src, dst, tau_ptr, v_at, rows, in_rows, groups, L, C0: tl.conste
     tl.store(dst + cols[None, :], P, mask=in_rows)
     tl.store(tau_ptr + C0 + tl.reshape(groups, (HB,)), tl.reshape(taus, (HB,)))
     if WRITE_V:
-        tl.store(v_at + cols[None, :], unit_lower(P, rows, cols, L).to(v_at.dtype.element_ty), mask=in_rows)
+        store_v_tile(v_at + cols[None, :], unit_lower(P, rows, cols, L), in_rows, 2 * HB, V_PARTS)
     return tl.reshape(T, (HB, HB))
 
 
@@ -435,7 +451,7 @@ def panel_program_split(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
     n, L, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
-    UNROLL: tl.constexpr, SHUFFLE: tl.constexpr,
+    UNROLL: tl.constexpr, SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr,
 ):
     """panel_program_grouped in two halves of HB = BB / 2 columns (PanelKnobs.split 2): the left
     half's reflectors on the left half only; their block reflector applied to the right half
@@ -457,12 +473,12 @@ def panel_program_split(
     v_at = v_ptr + pid * n * v_ld + (v_row_off + rows[:, None]) * v_ld + v_col_off
     taus_at = tau_ptr + pid * n + tau_off
     T1 = factor_half(src + rows[:, None] * n, dst + rows[:, None] * n, taus_at, v_at, rows, in_rows, groups, L,
-                     0, HB, BL, WRITE_V, UNROLL, SHUFFLE)
+                     0, HB, BL, WRITE_V, UNROLL, SHUFFLE, V_PARTS)
     tl.debug_barrier()
     left_reflector_on_right(src, dst, n, L, T1, HB, BM)
     tl.debug_barrier()
     T2 = factor_half(dst + rows[:, None] * n, dst + rows[:, None] * n, taus_at, v_at, rows, in_rows, groups, L,
-                     HB, HB, BL, WRITE_V, UNROLL, SHUFFLE)
+                     HB, HB, BL, WRITE_V, UNROLL, SHUFFLE, V_PARTS)
     if WRITE_T:
         tl.debug_barrier()
         cross = -tl.dot(T1, tl.dot(halves_gram(dst, n, L, HB, BM), T2, input_precision="ieee"),
@@ -548,7 +564,7 @@ def pending_launch(pending, src, j):
             dict(PENDING=True, YB=Y.shape[2], PRE_BM=PENDING_ROWS, PRE_APPLY=pending.apply))
 
 
-def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None):
+def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None, v_parts=False):
     """(arguments, compile-time constants, launch options: num_warps and any register cap) of
     panel_program for columns [j, j+bw) of every matrix, by parameter name, as householder_panel
     launches them. PanelKnobs.num_warps and max_registers pick their values by the padded
@@ -560,7 +576,8 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     group over 2 lanes). Elsewhere the panel sums: the factors are the same either way.
     PanelKnobs.split 2 splits the grouped program's columns in two halves where each is at
     least MIN_DOT_WIDTH wide and, like the whole tile, holds at least 4 values a thread (the
-    shuffle's layout); elsewhere the panel is factored whole."""
+    shuffle's layout); elsewhere the panel is factored whole. v_parts (StripKnobs.v_parts): V is
+    written as its fp16x3 parts (store_v_tile), V then fp16 and 2 BB columns wide."""
     n = dst.shape[1]
     L = n - j
     BB = padded_width(bw)
@@ -577,7 +594,7 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     constants = dict(BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
                      UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
                      SPLIT=grouped and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH
-                     and BL * (BB // 2) >= 4 * 32 * num_warps)
+                     and BL * (BB // 2) >= 4 * 32 * num_warps, V_PARTS=v_parts)
     pre_args, pre_constants = pending_launch(pending, src, j)
     table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst, TAU_SLOT=tau,
                                    PRE_SLOT=pending.src if pending is not None else None)
@@ -585,7 +602,8 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     return {**args, **pre_args, "table_ptr": table}, {**constants, **pre_constants, **slots}, options
 
 
-def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None):
+def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None,
+                      v_parts=False):
     """Factor panel columns [j, j+bw) of every matrix, rows [j, n), as `knobs` (PanelKnobs:
     num_warps by the rows the tiles hold, row_tiles, unroll) say.
 
@@ -594,9 +612,10 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_o
     V's rows are indexed like the matrix's (row r of the panel lands at row
     v_row_off + r, default j) so a two-level block can stack its panels.
     pending (Pending, or None): an update of the panel's columns to apply first.
+    v_parts (StripKnobs.v_parts): V holds fp16x3's parts of each value (fp16, 2 BB columns).
     """
     args, constants, options = panel_launch(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off,
-                                            v_row_off=v_row_off, pending=pending)
+                                            v_row_off=v_row_off, pending=pending, v_parts=v_parts)
     householder_panel_kernel[(dst.shape[0],)](**args, **constants, **options, **pdl_launch())
 
 

@@ -207,6 +207,10 @@ class StripKnobs:
                                             "projection is done, also applies the new panel's update to the next "
                                             "panel's columns (in place of rank_update's launch, whose C it has "
                                             "just written and may still find in L2)")
+    v_parts: bool = knob(False, Flag(), "with fuse_next and precision fp16x3 (project and apply): the panel "
+                                        "stores V as its fp16x3 parts (fp16, hi and lo side by side), which "
+                                        "the fused pass and the rank update load as they are instead of "
+                                        "splitting each V tile again (the same bits)")
 
 
 @dataclass(frozen=True)
@@ -374,6 +378,18 @@ def route_problems(driver: str, sections: dict) -> list:
             and panel.apply_pending):
         out.append((("strip", "tail_update"), "got true with panel.apply_pending true; allowed: one of them "
                     "(each applies the next panel's pending update: together they would apply it twice)"))
+    precision = sections["precision"]
+    if not value_problems(strip) and strip.v_parts and not strip.fuse_next:
+        out.append((("strip", "v_parts"), "got true with strip.fuse_next false; allowed: true with "
+                    "strip.fuse_next true (the fused driver's panels, pass and rank update read the parts)"))
+    elif not value_problems(strip) and strip.v_parts and (panel.apply_pending or strip.tail_update):
+        out.append((("strip", "v_parts"), "got true with panel.apply_pending or strip.tail_update; allowed: "
+                    "true with both false (their products take V in fp32)"))
+    elif (not value_problems(strip) and not value_problems(precision) and strip.v_parts
+          and (precision.project, precision.apply) != ("fp16x3", "fp16x3")):
+        out.append((("strip", "v_parts"), f"got true with precision.project {precision.project} and "
+                    f"precision.apply {precision.apply}; allowed: true with both fp16x3 (the parts are "
+                    "fp16x3's)"))
     twolevel = sections["twolevel"]
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))

@@ -59,10 +59,7 @@ def dot_prec(a, b, acc, PREC: tl.constexpr):
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
     elif PREC == "fp16x3":
         a_hi, a_lo = split_fp16(a)
-        b_hi, b_lo = split_fp16(b)
-        acc = tl.dot(a_lo, b_hi, acc)
-        acc = tl.dot(a_hi, b_lo, acc)
-        acc = tl.dot(a_hi, b_hi, acc)
+        acc = dot_a_parts(a_hi, a_lo, b, acc)
     elif PREC == "fp16x2lo":
         a_hi = a.to(tl.float16)
         b_hi, b_lo = split_fp16(b)
@@ -72,6 +69,16 @@ def dot_prec(a, b, acc, PREC: tl.constexpr):
         tl.static_assert(PREC == "fp16", "unknown precision")
         acc = tl.dot(a.to(tl.float16), b.to(tl.float16), acc)
     return acc
+
+
+@triton.jit
+def dot_a_parts(a_hi, a_lo, b, acc):
+    """fp16x3's acc + a @ b with a given as its parts (a_hi, a_lo = split_fp16(a), e.g. as the
+    panel stored them: StripKnobs.v_parts): dot_prec's bits, without splitting a again."""
+    b_hi, b_lo = split_fp16(b)
+    acc = tl.dot(a_lo, b_hi, acc)
+    acc = tl.dot(a_hi, b_lo, acc)
+    return tl.dot(a_hi, b_hi, acc)
 
 
 @triton.jit

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
 from .launch import pdl_launch, wait_for_previous
-from .precision import dot_prec
+from .precision import dot_a_parts, dot_prec
 from .relocate import moved, relocation_args
 from .scratch import scratch
 
@@ -38,16 +38,38 @@ def project_rows(src, vb, v_ld, n, r_lo, r_hi, ncols, cn, W,
 
 
 @triton.jit
+def load_v(at, mask, BB: tl.constexpr, V_PARTS: tl.constexpr):
+    """A tile of V at the pointers `at`, as the pair v_dot takes: (v, v) in fp32, or with V_PARTS
+    (StripKnobs.v_parts) the fp16x3 parts the panel stored, hi at `at` and lo BB columns right."""
+    if V_PARTS:
+        return tl.load(at, mask=mask, other=0.0), tl.load(at + BB, mask=mask, other=0.0)
+    else:
+        v = tl.load(at, mask=mask, other=0.0).to(tl.float32)
+        return v, v
+
+
+@triton.jit
+def v_dot(v0, v1, b, acc, PREC: tl.constexpr, V_PARTS: tl.constexpr):
+    """acc + v @ b in PREC for load_v's pair (v0, v1), or its transposes: dot_prec's bits either way."""
+    if V_PARTS:
+        return dot_a_parts(v0, v1, b, acc)
+    else:
+        return dot_prec(v0, b, acc, PREC)
+
+
+@triton.jit
 def apply_rows(src, dst, vb, v_ld, n, r_lo, r_hi, ncols, cn, W,
-               BB: tl.constexpr, BM: tl.constexpr, NUM_STAGES: tl.constexpr, APPLY: tl.constexpr):
-    """C - V W over rows [r_lo, r_hi) and columns cn (< ncols), read from src, written to dst."""
+               BB: tl.constexpr, BM: tl.constexpr, NUM_STAGES: tl.constexpr, APPLY: tl.constexpr,
+               V_PARTS: tl.constexpr):
+    """C - V W over rows [r_lo, r_hi) and columns cn (< ncols), read from src, written to dst
+    (V_PARTS: load_v)."""
     cb = tl.arange(0, BB)
     for r0 in tl.range(r_lo, r_hi, BM, num_stages=NUM_STAGES):
         rm = r0 + tl.arange(0, BM)
         mask = (rm[:, None] < r_hi) & (cn[None, :] < ncols)
-        v = tl.load(vb + rm[:, None] * v_ld + cb[None, :], mask=rm[:, None] < r_hi, other=0.0).to(tl.float32)
+        v0, v1 = load_v(vb + rm[:, None] * v_ld + cb[None, :], rm[:, None] < r_hi, BB, V_PARTS)
         c = tl.load(src + rm[:, None] * n + cn[None, :], mask=mask, other=0.0)
-        c = c - dot_prec(v, W, tl.zeros((BM, cn.shape[0]), dtype=tl.float32), APPLY)
+        c = c - v_dot(v0, v1, W, tl.zeros((BM, cn.shape[0]), dtype=tl.float32), APPLY, V_PARTS)
         tl.store(dst + rm[:, None] * n + cn[None, :], c, mask=mask)
 
 
@@ -101,7 +123,7 @@ def strip_program(
                      BB, BM, NUM_STAGES, PROJECT)
     T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
     W = dot_prec(tl.trans(T), W, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
-    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
+    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY, False)
 
 
 @triton.jit
@@ -111,7 +133,7 @@ def fused_strip_kernel(
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr,
     PROJECT: tl.constexpr, TCONTRACT: tl.constexpr, APPLY: tl.constexpr, APPLY_PREV: tl.constexpr,
     SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, PDL: tl.constexpr, LATE_WAIT: tl.constexpr,
-    TAIL: tl.constexpr,
+    TAIL: tl.constexpr, V_PARTS: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) owns columns [s*BN, (s+1)*BN) of matrix i's
     trailing block (rows [0, L) x columns [0, ncols) from element c_off, read from src_ptr,
@@ -153,12 +175,11 @@ def fused_strip_kernel(
         mask = in_rows & (cn[None, :] < ncols)
         c = tl.load(src + rm[:, None] * n + cn[None, :], mask=mask, other=0.0)
         if APPLY_PREV:
-            v = tl.load(va + rm[:, None] * v_ld + cb[None, :], mask=in_rows, other=0.0).to(tl.float32)
-            c = c - dot_prec(v, Wa, tl.zeros((BM, BN), dtype=tl.float32), APPLY)
+            v0, v1 = load_v(va + rm[:, None] * v_ld + cb[None, :], in_rows, BB, V_PARTS)
+            c = c - v_dot(v0, v1, Wa, tl.zeros((BM, BN), dtype=tl.float32), APPLY, V_PARTS)
             tl.store(dst + rm[:, None] * n + cn[None, :], c, mask=mask)
-        v = tl.load(vb + rm[:, None] * v_ld + cb[None, :], mask=in_rows & (rm[:, None] >= next_row),
-                    other=0.0).to(tl.float32)
-        Wb = dot_prec(tl.trans(v), c, Wb, PROJECT)
+        v0, v1 = load_v(vb + rm[:, None] * v_ld + cb[None, :], in_rows & (rm[:, None] >= next_row), BB, V_PARTS)
+        Wb = v_dot(tl.trans(v0), tl.trans(v1), c, Wb, PROJECT, V_PARTS)
     T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
     Wb = dot_prec(tl.trans(T), Wb, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
     tl.store(w_tile, Wb, mask=cn[None, :] < ncols)
@@ -171,7 +192,8 @@ def fused_strip_kernel(
             c_now = src  # without APPLY_PREV this pass wrote no C': the next panel's columns are in src
             if APPLY_PREV:
                 c_now = dst
-            apply_rows(c_now, dst, vb, v_ld, n, next_row, L, tail_cols, cb, w_next, BB, BM, NUM_STAGES, APPLY)
+            apply_rows(c_now, dst, vb, v_ld, n, next_row, L, tail_cols, cb, w_next, BB, BM, NUM_STAGES, APPLY,
+                       V_PARTS)
     if LATE_WAIT:
         wait_for_previous(PDL)
 
@@ -181,13 +203,13 @@ def rank_update_kernel(
     src_ptr, dst_ptr, v_ptr, w_ptr, table_ptr,
     n, L, ncols, c_off, v_row_off, v_col_off, v_ld, w_bs, w_ld,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr, APPLY: tl.constexpr,
-    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, PDL: tl.constexpr,
+    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, PDL: tl.constexpr, V_PARTS: tl.constexpr,
 ):
     """Grid: (cdiv(ncols, BN), batch). Program (s, i) writes C - V W on columns [s*BN, (s+1)*BN)
     of matrix i's block (rows [0, L), read from src_ptr, written to dst_ptr, as strip_program's),
     W given: BB x ncols at w_ptr + i*w_bs, row stride w_ld. The last product of a cuBLAS far
     update, where C and the result live in different tensors (A and H). src and dst move by the
-    relocation table's slots (relocate.py)."""
+    relocation table's slots (relocate.py). V_PARTS: V as the panel's fp16x3 parts (load_v)."""
     wait_for_previous(PDL)
     src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
     dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
@@ -197,7 +219,7 @@ def rank_update_kernel(
     cb = tl.arange(0, BB)
     W = tl.load(w_ptr + pid * w_bs + cb[:, None] * w_ld + cn[None, :], mask=cn[None, :] < ncols, other=0.0)
     src, dst, vb = block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
-    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY)
+    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY, V_PARTS)
 
 
 @triton.jit
@@ -249,7 +271,7 @@ def apply_split_kernel(
     W = dot_prec(tl.trans(T), W, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
     src, dst, vb = block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
     apply_rows(src, dst, vb, v_ld, n, p * rows_per, tl.minimum((p + 1) * rows_per, L), ncols, cn, W,
-               BB, BM, NUM_STAGES, APPLY)
+               BB, BM, NUM_STAGES, APPLY, False)
 
 
 def strip_columns(strip, ncols: int) -> int:
@@ -292,12 +314,13 @@ def trailing_strip(src, dst, V, T, row0, col0, ncols, *, strip, precision, v_row
     trailing_strip_kernel[(col_tiles, dst.shape[0])](**args, **constants, num_warps=num_warps, **pdl_launch())
 
 
-def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off: int, ncols=None):
+def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off: int, ncols=None, v_parts=False):
     """dst[:, row0:, cols] = src[:, row0:, cols] - Y W in `precision` (a dot_prec name) on the
     columns cols = [col0, col0 + ncols) (default: to the last), with Y = V[:, v_row_off:, :BB]
     (BB = W.shape[1], a power of two >= 16) and W batch x BB x ncols, columns contiguous:
     C is read from src and written to dst, no copy of it first. Tiles from `strip`
-    (StripKnobs: bm, bn, num_stages, num_warps)."""
+    (StripKnobs: bm, bn, num_stages, num_warps). v_parts: V holds the panel's fp16x3 parts
+    (StripKnobs.v_parts; precision fp16x3)."""
     n = dst.shape[1]
     ncols = n - col0 if ncols is None else ncols
     BN = strip_columns(strip, ncols)
@@ -306,7 +329,7 @@ def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off:
     rank_update_kernel[grid](src, dst, V, W, table, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
                              v_row_off=v_row_off, v_col_off=0, v_ld=V.shape[2], w_bs=W.stride(0), w_ld=W.stride(1),
                              BB=W.shape[1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages, APPLY=precision,
-                             **slots, num_warps=strip.num_warps, **pdl_launch())
+                             V_PARTS=v_parts, **slots, num_warps=strip.num_warps, **pdl_launch())
 
 
 def split_strip(args, constants, num_warps, col_tiles, rows_per):
@@ -330,7 +353,7 @@ def split_strip(args, constants, num_warps, col_tiles, rows_per):
 
 
 def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precision, late_wait=False,
-                tail_cols=0):
+                tail_cols=0, v_parts=False):
     """One pass over rows [row0, n) x columns [col0, n): C - Va W from src into dst where Va is
     given (None: the first panel, nothing to apply; dst is then not written), and W's columns
     [col0, n) replaced by Tb^T Vb^T C over rows [next_row, n) of the updated C. tail_cols > 0
@@ -339,7 +362,8 @@ def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precisi
 
     Va, Vb: batch x n x BB (rows indexed like the matrix's); W: batch x BB x n; Tb: batch x BB x BB.
     Tiles from `strip` (StripKnobs), products in `precision` (PrecisionKnobs). late_wait: the
-    kernel waits for the launch before it at its end (fused_strip_kernel's LATE_WAIT).
+    kernel waits for the launch before it at its end (fused_strip_kernel's LATE_WAIT). v_parts:
+    Va and Vb hold the panel's fp16x3 parts (StripKnobs.v_parts; 2 BB columns, fp16).
     """
     n = dst.shape[1]
     ncols = n - col0
@@ -351,5 +375,6 @@ def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precisi
         v_row_off=row0, v_ld=Vb.shape[2], next_row=next_row - row0, w_bs=Wc.stride(0), w_ld=Wc.stride(1),
         t_bs=Tb.stride(0), t_ld=Tb.stride(1), tail_cols=tail_cols, BB=Tb.shape[-1], BM=strip.bm, BN=BN,
         NUM_STAGES=strip.num_stages, PROJECT=precision.project, TCONTRACT=precision.tcontract,
-        APPLY=precision.apply, APPLY_PREV=Va is not None, LATE_WAIT=late_wait, TAIL=tail_cols > 0, **slots,
+        APPLY=precision.apply, APPLY_PREV=Va is not None, LATE_WAIT=late_wait, TAIL=tail_cols > 0, V_PARTS=v_parts,
+        **slots,
         num_warps=strip.num_warps, **pdl_launch())

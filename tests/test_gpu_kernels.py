@@ -70,6 +70,10 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     # 64-column split panels and the fused pass at BB 64 (champion-w64)
     case("w64", "blocked", 520, panel=dict(SHUFFLE32, width=64, split=2, num_warps=((256, 4), (None, 8))),
          strip=dict(bm=16, bn=64, num_warps=8, fuse_next=True)),
+    # V stored as its fp16x3 parts (strip.v_parts: champion-vparts, champion-w64-vparts)
+    case("vparts", "blocked", 520, panel=SHUFFLE32, strip=dict(FUSED, v_parts=True)),
+    case("w64-vparts", "blocked", 520, panel=dict(SHUFFLE32, width=64, split=2, num_warps=((256, 4), (None, 8))),
+         strip=dict(bm=16, bn=64, num_warps=8, fuse_next=True, v_parts=True)),
     # the panel capped at 168 registers (it spills; champion-panelregs)
     case("panelregs", "blocked", 520, panel=dict(SHUFFLE32, max_registers=168), strip=dict(bm=16, bn=64)),
     # ... only on panels of at most 256 padded rows (no spill there: champion-shortregs)

@@ -53,6 +53,32 @@ def test_fused_next_gives_the_two_pass_result(n, width, prec, pending):
     assert harness_check(A, H1, tau1) < 0.5
 
 
+FP16X3 = dict(project="fp16x3", tcontract="fp32", apply="fp16x3")
+
+
+@pytest.mark.parametrize("n,panel", [(1, dict(width=16)), (37, dict(width=16)),
+                                     (64, dict(width=32, broadcast="shuffle", unroll=4, split=2))])
+def test_v_parts_give_the_same_bits(n, panel):
+    """strip.v_parts: the panel stores V's fp16x3 parts and the fused pass and rank update load
+    them as they are, where they split V in registers before: the same products on the same
+    fp16 values, so the same bits. One panel (n 1), a ragged last panel (37), the split panel
+    (which stores V by halves); the special matrices' zero and rank-deficient columns."""
+    A = special_matrices(n)
+    H0, tau0 = DRIVERS["blocked"](A, route(panel=panel, strip=dict(fuse_next=True), precision=FP16X3))
+    H1, tau1 = DRIVERS["blocked"](A, route(panel=panel, strip=dict(fuse_next=True, v_parts=True), precision=FP16X3))
+    assert torch.equal(H0, H1) and torch.equal(tau0, tau1)
+
+
+def test_v_parts_need_the_fused_driver_and_fp16x3():
+    with pytest.raises(ValueError, match="strip.v_parts: got true with strip.fuse_next false"):
+        route(strip=dict(v_parts=True), precision=FP16X3)
+    with pytest.raises(ValueError, match="strip.v_parts: got true with panel.apply_pending or strip.tail_update"):
+        route(strip=dict(v_parts=True, fuse_next=True, tail_update=True), precision=FP16X3)
+    with pytest.raises(ValueError, match="strip.v_parts: got true with precision.project fp32"):
+        route(strip=dict(v_parts=True, fuse_next=True))
+    route(strip=dict(v_parts=True, fuse_next=True), precision=FP16X3)
+
+
 @pytest.mark.parametrize("n,width,prec", [(1, 8, "fp32"), (16, 16, "fp32"), (23, 8, "fp32"), (37, 16, "fp32"),
                                           (37, 16, "fp16x3"), (64, 16, "fp16x3"), (70, 32, "fp32")])
 def test_tail_update_gives_the_rank_update_s_result(n, width, prec):

@@ -42,11 +42,12 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
 # champion's own code, so its ratio there is 1): at 640x512 the mid route on 64-column split
-# panels with a BB-64 fused pass (first: check's ncu profiles it) and the mid panel capped at
-# 168 registers on panels of at most 256 rows; at n >= 1024 the huge and giant routes' Gram
+# panels with a BB-64 fused pass (first: check's ncu profiles it), V stored as its fp16x3 parts
+# (alone and with it), and the mid panel capped at 168 registers on panels of at most 256 rows; at n >= 1024 the huge and giant routes' Gram
 # product split over rows and the two-level Gram in 64-column programs; everywhere graphed,
 # each route's first launches in a graph of their own, replayed before the rest (graph.head).
-AT_512="variants/champion-w64.yaml variants/champion-shortregs.yaml"
+AT_512="variants/champion-w64.yaml variants/champion-vparts.yaml variants/champion-w64-vparts.yaml
+        variants/champion-shortregs.yaml"
 AT_1024_UP="variants/champion-gramsplit.yaml variants/champion-gramcols.yaml"
 EVERYWHERE="variants/champion-head.yaml"
 EXPERIMENTS="$AT_512 $AT_1024_UP $EVERYWHERE"
@@ -67,11 +68,11 @@ check)
             --cases "$cases" --budget "$budget" --target 0.003 --json "$OUT/bench-$name.json" 2>&1 \
             | tee "$OUT/bench-$name.txt" | tail -30
     }
-    bench 512 n=512 110 $AT_512 $EVERYWHERE
-    bench 1024up 4,5,6,8,11 100 $AT_1024_UP $EVERYWHERE
+    bench 512 n=512 140 $AT_512 $EVERYWHERE
+    bench 1024up 4,5,6,8,11 90 $AT_1024_UP $EVERYWHERE
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "head or shortregs or w64 or gramsplit or gramcols or gram_kernel" \
+        -k "head or shortregs or w64 or vparts or gramsplit or gramcols or gram_kernel" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     # Where the first experiment's 640x512 time goes (about 15 s): `bash $0 ncu` below.
     bash "$0" ncu ${EXPERIMENTS%% *} 3 > /dev/null 2>&1 && echo "ncu of ${EXPERIMENTS%% *}: in $OUT"

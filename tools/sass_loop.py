@@ -17,6 +17,8 @@ Any other kernel of kernels/, by module.name and its compile-time constants:
     python tools/sass_loop.py --kernel strip.fused_strip_kernel --warps 4 --const BB=32 --const BM=16 \\
         --const BN=128 --const NUM_STAGES=4 --const PROJECT=fp16x3 --const TCONTRACT=fp32 \\
         --const APPLY=fp16x3 --const APPLY_PREV=True
+    python tools/sass_loop.py --kernel strip.fused_strip_kernel ... --const V_PARTS=True \\
+        --fp16-ptr va_ptr --fp16-ptr vb_ptr        # strip.v_parts: V's parts in fp16
 
 Registers and spills depend on Triton's version: the H200 runs Triton 3.6, and the CPU
 machine's newer Triton can differ a lot (the fused strip's projection-only pass: 131
@@ -66,22 +68,27 @@ def kernel_module(name: str):
         return importlib.import_module(f"kernels.{name}")
 
 
-def argument_type(name: str) -> str:
+def argument_type(name: str, fp16_ptrs=()) -> str:
     """A kernel argument's type by its name: the relocation table (relocate.py) holds int64
-    offsets, any other *_ptr points at fp32, the rest are ints."""
+    offsets, the pointers named in fp16_ptrs point at fp16, any other *_ptr at fp32, the rest
+    are ints."""
     if name == "table_ptr":
         return "*i64"
+    if name in fp16_ptrs:
+        return "*fp16"
     return "*fp32" if name.endswith("_ptr") else "i32"
 
 
-def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0):
+def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, fp16_ptrs=()):
     """fn compiled for sm_90: every argument not in constants a pointer (named *_ptr) or an int,
-    all divisible by 16. A relocation slot (*_SLOT) not given is NO_SLOT, and PDL is off unless given."""
+    all divisible by 16. A relocation slot (*_SLOT) not given is NO_SLOT, and PDL and V_PARTS are off unless given."""
     defaults = {a: -1 for a in fn.arg_names if a.endswith("_SLOT")}
     if "PDL" in fn.arg_names:
         defaults["PDL"] = False
+    if "V_PARTS" in fn.arg_names:
+        defaults["V_PARTS"] = False
     constants = {**defaults, **constants}
-    signature = {a: "constexpr" if a in constants else argument_type(a) for a in fn.arg_names}
+    signature = {a: "constexpr" if a in constants else argument_type(a, fp16_ptrs) for a in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a not in constants}
     try:
         source = ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
@@ -95,7 +102,7 @@ def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False, spli
     panel = kernel_module("panel")
     constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=0, UNROLL=unroll,
                      GROUPED=grouped, SHUFFLE=grouped, PENDING=pending, YB=BB, PRE_BM=panel.PENDING_ROWS,
-                     PRE_APPLY="fp16x3", SPLIT=split)
+                     PRE_APPLY="fp16x3", SPLIT=split, V_PARTS=False)
     return compile_kernel(panel.householder_panel_kernel, constants, warps, maxnreg)
 
 
@@ -133,6 +140,8 @@ def main():
     parser.add_argument("--kernel", help="module.kernel of kernels/ (default: the panel, by the options below)")
     parser.add_argument("--const", action="append", default=[], type=constant, metavar="NAME=VALUE",
                         help="with --kernel: a compile-time constant (repeat)")
+    parser.add_argument("--fp16-ptr", action="append", default=[], metavar="NAME",
+                        help="a pointer argument of --kernel that points at fp16 (e.g. va_ptr with V_PARTS=True)")
     parser.add_argument("--bl", type=int, default=512)
     parser.add_argument("--bb", type=int, default=32)
     parser.add_argument("--warps", type=int, default=4)
@@ -145,7 +154,8 @@ def main():
     args = parser.parse_args()
     if args.kernel:
         module, _, name = args.kernel.partition(".")
-        kernel = compile_kernel(getattr(kernel_module(module), name), dict(args.const), args.warps, args.maxnreg)
+        kernel = compile_kernel(getattr(kernel_module(module), name), dict(args.const), args.warps, args.maxnreg,
+                                args.fp16_ptr)
     else:
         kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending,
                                args.split)
