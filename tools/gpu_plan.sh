@@ -11,7 +11,8 @@
 #   bash tools/gpu_plan.sh decide     # the first calls' wall times (tools/call_phases.py), then means (~9 min cold)
 #   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
 #   bash tools/gpu_plan.sh profile V  # qrsub profile of variant V, every benchmark case (~2 min)
-#   bash tools/gpu_plan.sh sweep64    # champion-w64's fused pass tiles (strip bm, bn, warps) at 640x512 (~8 min)
+#   bash tools/gpu_plan.sh sweep64 [V]  # the fused pass tiles (strip bm, bn, warps) of V (default
+#                                       # champion-w64) at 640x512 (~8 min)
 #   bash tools/gpu_plan.sh ranked V SEL  # the service's ranked run (test, benchmark, leaderboard stages)
 #                                        # of variant V on cases SEL, e.g. 0-5 then 6-11 (~5 min each)
 # Logs and JSON go under $OUT (the device tool's output folder), else ./gpu-results.
@@ -23,7 +24,7 @@ check|twins|means|decide|sweep64) ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
 ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
 ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
-*) sed -n '2,17p' "$0"; exit 2 ;;
+*) sed -n '2,18p' "$0"; exit 2 ;;
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
@@ -114,9 +115,10 @@ means|decide)
     done
     ;;
 sweep64)
-    # Only if champion-w64 won check's bench: its strip tiles (ptxas, Triton 3.6: BM 16 BN 64 8
-    # warps 120 registers; BM 32 BN 64 8 warps 159; BM 16 BN 32 4 warps 121; BN 128 spills).
-    timeout 560 python3 -m qrsub sweep variants/champion-w64.yaml --cases n=512 --budget 40 \
+    # Only if champion-w64 (or V, e.g. champion-w64-vparts) won check's bench: its strip tiles
+    # (ptxas, Triton 3.6, without v_parts: BM 16 BN 64 8 warps 120 registers; BM 32 BN 64 8 warps
+    # 159; BM 16 BN 32 4 warps 121; BN 128 spills).
+    timeout 560 python3 -m qrsub sweep "${2:-variants/champion-w64.yaml}" --cases n=512 --budget 40 \
         --set mid.strip.bm=16,32 --set mid.strip.bn=32,64 --set mid.strip.num_warps=4,8 \
         2>&1 | tee "$OUT/sweep64.txt" | tail -40
     ;;
