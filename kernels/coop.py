@@ -140,7 +140,7 @@ def coop_panel_kernel(
         P, T, taus = coop_reflectors(P, T, taus, rows, cols, bw, part_ptr, count_ptr, pid, p, NC, BB, SLOTS,
                                      UNROLL, True)
     tl.store(dst_ptr + pid * n * n + offs, P, mask=in_panel)
-    store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld)
+    store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, False)
     if p == 0:
         tl.store(tau_ptr + pid * n + tau_off + cols, taus, mask=cols < bw)
         if WRITE_T:
