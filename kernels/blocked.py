@@ -76,13 +76,13 @@ def qr_blocked(A: torch.Tensor, route, out=None):
 
 def panel_buffers(A, route, name: str):
     """(T, V) scratch of one panel of route.panel.width columns (padded to BB): batch x BB x BB and
-    batch x n x BB, V's rows indexed like the matrix's; with strip.v_parts, V is fp16 and
-    2 BB wide (each value's fp16x3 parts, hi then lo)."""
+    batch x n x BB, V's rows indexed like the matrix's; with strip.v_parts, V is int32 (each
+    value's fp16x3 parts packed in one word: precision.pack_fp16_parts)."""
     batch, n, _ = A.shape
     BB = padded_width(min(route.panel.width, n))
     parts = route.strip.v_parts
     return (scratch("T" + name, (batch, BB, BB), A.dtype, A.device),
-            scratch("V" + name, (batch, n, 2 * BB if parts else BB), torch.float16 if parts else A.dtype, A.device))
+            scratch("V" + name, (batch, n, BB), torch.int32 if parts else A.dtype, A.device))
 
 
 def blocked_two_pass(A, H, tau, route):

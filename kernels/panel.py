@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
 from .launch import interpreted, pdl_launch, wait_for_previous
-from .precision import dot_prec, split_fp16
+from .precision import dot_prec, pack_fp16_parts
 from .relocate import moved, relocation_args
 
 
@@ -175,17 +175,16 @@ def store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, V_P
     V = tl.where(rows[:, None] > cols[None, :], P, tl.where(rows[:, None] == cols[None, :], 1.0, 0.0))
     V = tl.where((rows[:, None] < L) & (cols[None, :] < bw), V, 0.0)
     v_offs = (v_row_off + rows[:, None]) * v_ld + v_col_off + cols[None, :]
-    store_v_tile(v_ptr + pid * n * v_ld + v_offs, V, rows[:, None] < L, cols.shape[0], V_PARTS)
+    store_v_tile(v_ptr + pid * n * v_ld + v_offs, V, rows[:, None] < L, V_PARTS)
 
 
 @triton.jit
-def store_v_tile(at, V, mask, BB: tl.constexpr, V_PARTS: tl.constexpr):
+def store_v_tile(at, V, mask, V_PARTS: tl.constexpr):
     """V's tile (fp32) at `at`, in the V buffer's type; with V_PARTS (StripKnobs.v_parts) as its
-    fp16x3 parts, hi there and lo BB columns to the right, which the strips load as they are."""
+    fp16x3 parts packed in one 32-bit word a value (precision.pack_fp16_parts, an int32 buffer),
+    which the strips unpack as they are."""
     if V_PARTS:
-        hi, lo = split_fp16(V)
-        tl.store(at, hi, mask=mask)
-        tl.store(at + BB, lo, mask=mask)
+        tl.store(at, pack_fp16_parts(V), mask=mask)
     else:
         tl.store(at, V.to(at.dtype.element_ty), mask=mask)
 
@@ -432,8 +431,8 @@ def factor_half(src, dst, tau_ptr, v_at, rows, in_rows, groups, L, C0: tl.conste
                 V_PARTS: tl.constexpr):
     """Load columns C0..C0+HB of the panel from src (the grouped layout the shuffle needs), factor
     them, and store them to dst, their tau (tau_ptr at the panel's first) and V (v_at at the
-    panel's first row and column, row stride in it; store_v_tile: V_PARTS, whose lo parts lie
-    the whole panel's 2 HB columns to the right); returns their T (HB x HB)."""
+    panel's first row and column, row stride in it; store_v_tile: V_PARTS); returns their T
+    (HB x HB)."""
     cols = C0 + tl.arange(0, HB)
     P = tl.load(src + cols[None, :], mask=in_rows, other=0.0)
     G: tl.constexpr = HB // 4
@@ -442,7 +441,7 @@ def factor_half(src, dst, tau_ptr, v_at, rows, in_rows, groups, L, C0: tl.conste
     tl.store(dst + cols[None, :], P, mask=in_rows)
     tl.store(tau_ptr + C0 + tl.reshape(groups, (HB,)), tl.reshape(taus, (HB,)))
     if WRITE_V:
-        store_v_tile(v_at + cols[None, :], unit_lower(P, rows, cols, L), in_rows, 2 * HB, V_PARTS)
+        store_v_tile(v_at + cols[None, :], unit_lower(P, rows, cols, L), in_rows, V_PARTS)
     return tl.reshape(T, (HB, HB))
 
 
@@ -577,7 +576,7 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     PanelKnobs.split 2 splits the grouped program's columns in two halves where each is at
     least MIN_DOT_WIDTH wide and, like the whole tile, holds at least 4 values a thread (the
     shuffle's layout); elsewhere the panel is factored whole. v_parts (StripKnobs.v_parts): V is
-    written as its fp16x3 parts (store_v_tile), V then fp16 and 2 BB columns wide."""
+    written as its fp16x3 parts, packed (store_v_tile), V then int32."""
     n = dst.shape[1]
     L = n - j
     BB = padded_width(bw)
@@ -612,7 +611,7 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_o
     V's rows are indexed like the matrix's (row r of the panel lands at row
     v_row_off + r, default j) so a two-level block can stack its panels.
     pending (Pending, or None): an update of the panel's columns to apply first.
-    v_parts (StripKnobs.v_parts): V holds fp16x3's parts of each value (fp16, 2 BB columns).
+    v_parts (StripKnobs.v_parts): V holds fp16x3's parts of each value, packed (int32).
     """
     args, constants, options = panel_launch(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off,
                                             v_row_off=v_row_off, pending=pending, v_parts=v_parts)

@@ -208,7 +208,7 @@ class StripKnobs:
                                             "panel's columns (in place of rank_update's launch, whose C it has "
                                             "just written and may still find in L2)")
     v_parts: bool = knob(False, Flag(), "with fuse_next and precision fp16x3 (project and apply): the panel "
-                                        "stores V as its fp16x3 parts (fp16, hi and lo side by side), which "
+                                        "stores V as its fp16x3 parts (both in one 32-bit word), which "
                                         "the fused pass and the rank update load as they are instead of "
                                         "splitting each V tile again (the same bits)")
 

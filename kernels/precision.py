@@ -30,6 +30,27 @@ def split_fp16(x):
 
 
 @triton.jit
+def pack_fp16_parts(x):
+    """x (fp32) as one 32-bit word (int32) holding split_fp16(x): hi's bits in the low half, lo's in
+    the high half. A 4-byte store, as x's own: a store of fp16 tiles would make Triton give the
+    values it stores 8 columns a thread, which breaks the layout the grouped panel's indexed
+    shuffle relies on (panel.group_broadcast; on the H200 that returned NaN, thirteenth session)."""
+    hi, lo = split_fp16(x)
+    low = hi.to(tl.uint16, bitcast=True).to(tl.uint32)
+    high = lo.to(tl.uint16, bitcast=True).to(tl.uint32)
+    return (low | (high << 16)).to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def unpack_fp16_parts(word):
+    """(hi, lo), fp16, from pack_fp16_parts' word: split_fp16's parts, bit for bit."""
+    bits = word.to(tl.uint32, bitcast=True)
+    hi = (bits & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True)
+    lo = (bits >> 16).to(tl.uint16).to(tl.float16, bitcast=True)
+    return hi, lo
+
+
+@triton.jit
 def round_tf32(x):
     """x (fp32) rounded to the nearest tf32 value (10 mantissa bits, ties to even), still fp32.
 
@@ -74,7 +95,7 @@ def dot_prec(a, b, acc, PREC: tl.constexpr):
 @triton.jit
 def dot_a_parts(a_hi, a_lo, b, acc):
     """fp16x3's acc + a @ b with a given as its parts (a_hi, a_lo = split_fp16(a), e.g. as the
-    panel stored them: StripKnobs.v_parts): dot_prec's bits, without splitting a again."""
+    panel stored them, packed: StripKnobs.v_parts): dot_prec's bits, without splitting a again."""
     b_hi, b_lo = split_fp16(b)
     acc = tl.dot(a_lo, b_hi, acc)
     acc = tl.dot(a_hi, b_lo, acc)

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
 from .launch import pdl_launch, wait_for_previous
-from .precision import dot_a_parts, dot_prec
+from .precision import dot_a_parts, dot_prec, unpack_fp16_parts
 from .relocate import moved, relocation_args
 from .scratch import scratch
 
@@ -38,11 +38,11 @@ def project_rows(src, vb, v_ld, n, r_lo, r_hi, ncols, cn, W,
 
 
 @triton.jit
-def load_v(at, mask, BB: tl.constexpr, V_PARTS: tl.constexpr):
+def load_v(at, mask, V_PARTS: tl.constexpr):
     """A tile of V at the pointers `at`, as the pair v_dot takes: (v, v) in fp32, or with V_PARTS
-    (StripKnobs.v_parts) the fp16x3 parts the panel stored, hi at `at` and lo BB columns right."""
+    (StripKnobs.v_parts) the fp16x3 parts the panel stored, packed (precision.unpack_fp16_parts)."""
     if V_PARTS:
-        return tl.load(at, mask=mask, other=0.0), tl.load(at + BB, mask=mask, other=0.0)
+        return unpack_fp16_parts(tl.load(at, mask=mask, other=0))
     else:
         v = tl.load(at, mask=mask, other=0.0).to(tl.float32)
         return v, v
@@ -67,7 +67,7 @@ def apply_rows(src, dst, vb, v_ld, n, r_lo, r_hi, ncols, cn, W,
     for r0 in tl.range(r_lo, r_hi, BM, num_stages=NUM_STAGES):
         rm = r0 + tl.arange(0, BM)
         mask = (rm[:, None] < r_hi) & (cn[None, :] < ncols)
-        v0, v1 = load_v(vb + rm[:, None] * v_ld + cb[None, :], rm[:, None] < r_hi, BB, V_PARTS)
+        v0, v1 = load_v(vb + rm[:, None] * v_ld + cb[None, :], rm[:, None] < r_hi, V_PARTS)
         c = tl.load(src + rm[:, None] * n + cn[None, :], mask=mask, other=0.0)
         c = c - v_dot(v0, v1, W, tl.zeros((BM, cn.shape[0]), dtype=tl.float32), APPLY, V_PARTS)
         tl.store(dst + rm[:, None] * n + cn[None, :], c, mask=mask)
@@ -175,10 +175,10 @@ def fused_strip_kernel(
         mask = in_rows & (cn[None, :] < ncols)
         c = tl.load(src + rm[:, None] * n + cn[None, :], mask=mask, other=0.0)
         if APPLY_PREV:
-            v0, v1 = load_v(va + rm[:, None] * v_ld + cb[None, :], in_rows, BB, V_PARTS)
+            v0, v1 = load_v(va + rm[:, None] * v_ld + cb[None, :], in_rows, V_PARTS)
             c = c - v_dot(v0, v1, Wa, tl.zeros((BM, BN), dtype=tl.float32), APPLY, V_PARTS)
             tl.store(dst + rm[:, None] * n + cn[None, :], c, mask=mask)
-        v0, v1 = load_v(vb + rm[:, None] * v_ld + cb[None, :], in_rows & (rm[:, None] >= next_row), BB, V_PARTS)
+        v0, v1 = load_v(vb + rm[:, None] * v_ld + cb[None, :], in_rows & (rm[:, None] >= next_row), V_PARTS)
         Wb = v_dot(tl.trans(v0), tl.trans(v1), c, Wb, PROJECT, V_PARTS)
     T = tl.load(t_ptr + pid * t_bs + cb[:, None] * t_ld + cb[None, :])
     Wb = dot_prec(tl.trans(T), Wb, tl.zeros((BB, BN), dtype=tl.float32), TCONTRACT)
@@ -363,7 +363,7 @@ def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precisi
     Va, Vb: batch x n x BB (rows indexed like the matrix's); W: batch x BB x n; Tb: batch x BB x BB.
     Tiles from `strip` (StripKnobs), products in `precision` (PrecisionKnobs). late_wait: the
     kernel waits for the launch before it at its end (fused_strip_kernel's LATE_WAIT). v_parts:
-    Va and Vb hold the panel's fp16x3 parts (StripKnobs.v_parts; 2 BB columns, fp16).
+    Va and Vb hold the panel's fp16x3 parts, packed (StripKnobs.v_parts; int32).
     """
     n = dst.shape[1]
     ncols = n - col0

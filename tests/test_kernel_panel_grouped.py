@@ -5,6 +5,9 @@ inline assembly there), so these tests check the grouped arithmetic against the 
 panel; the indexed shuffle itself has its GPU twin in test_gpu_kernels.py.
 """
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,8 @@ from qrsub.kernels.blocked import qr_blocked
 from qrsub.kernels.naive import panel_ref
 from qrsub.kernels.panel import householder_panel, panel_launch
 from qrsub.kernels.plan import PanelKnobs
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def factor_panel(A, width, broadcast, unroll):
@@ -137,3 +142,21 @@ def test_blocked_qr_with_a_split_panel_passes_the_gate(n, width, bn):
     H0, tau0 = qr_blocked(A, route(panel=dict(width=32, broadcast="shuffle", unroll=4)))
     torch.testing.assert_close(H, H0, atol=1e-4, rtol=1e-3)
     assert harness_check(A, H, tau) < 0.5
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_the_grouped_panel_keeps_the_shuffle_s_layout_when_it_stores_v_parts(split):
+    """The indexed shuffle (group_broadcast) needs the panel tile loaded 4 columns a thread. The
+    interpreter cannot see layouts, so this compiles the panel for sm_90 (tools/sass_loop.py,
+    Triton's compiler, no GPU) and reads its loads' layouts. Storing V's parts as fp16 tiles gave
+    the load 8 columns a thread, and the H200 NaN (thirteenth session); packed in 32-bit words
+    they keep the plain panel's layout."""
+    def layouts(*flags):
+        run = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_loop.py"), "--grouped", "--load-layouts",
+                              *(["--split"] if split else []), *flags],
+                             capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
+        return [line for line in run.stdout.splitlines() if line.startswith("load:")]
+
+    plain, parts = layouts(), layouts("--v-parts")
+    assert plain and "sizePerThread = [1, 4]" in plain[0]
+    assert parts == plain

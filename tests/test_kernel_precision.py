@@ -1,5 +1,6 @@
 """precision.round_tf32 and rounded_tf32 against naive.round_tf32_ref (round to nearest even at
-10 mantissa bits), and strip.rank_update against naive.rank_update_ref."""
+10 mantissa bits), the packed fp16x3 parts against split_fp16, and strip.rank_update against
+naive.rank_update_ref."""
 import pytest
 import torch
 import triton
@@ -8,7 +9,7 @@ from kernel_helpers import DEVICE
 
 from qrsub.kernels import plan
 from qrsub.kernels.naive import rank_update_ref, round_tf32_ref
-from qrsub.kernels.precision import round_tf32, rounded_tf32
+from qrsub.kernels.precision import pack_fp16_parts, round_tf32, rounded_tf32, split_fp16, unpack_fp16_parts
 from qrsub.kernels.strip import rank_update
 
 
@@ -66,3 +67,29 @@ def test_rank_update_matches_reference(n, row0, col0, precision):
     torch.testing.assert_close(dst[:, row0:, col0:].double().cpu(), expected, atol=1e-4, rtol=1e-4)
     assert torch.isnan(dst[:, :row0]).all() and torch.isnan(dst[:, :, :col0]).all(), "only its block is written"
     assert torch.equal(src, before), "src is read only"
+
+
+@triton.jit
+def _parts_kernel(x_ptr, hi_ptr, lo_ptr, uhi_ptr, ulo_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    hi, lo = split_fp16(x)
+    tl.store(hi_ptr + offs, hi)
+    tl.store(lo_ptr + offs, lo)
+    uhi, ulo = unpack_fp16_parts(pack_fp16_parts(x))
+    tl.store(uhi_ptr + offs, uhi)
+    tl.store(ulo_ptr + offs, ulo)
+
+
+def test_packed_parts_unpack_to_split_fp16_s_bits():
+    """strip.v_parts stores V as pack_fp16_parts' words and the strips unpack them: the parts
+    must be split_fp16's, bit for bit, signs, zeros and fp16's subnormal lo parts included."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(256, generator=g) * torch.logspace(-6, 3, 256)
+    x[:4] = torch.tensor([0.0, -0.0, 1.0, -1.0])
+    x = x.to(DEVICE)
+    parts = [torch.empty(256, dtype=torch.float16, device=DEVICE) for _ in range(4)]
+    _parts_kernel[(1,)](x, *parts, N=256)
+    hi, lo, uhi, ulo = (p.view(torch.int16) for p in parts)
+    assert torch.equal(uhi, hi) and torch.equal(ulo, lo)
+    assert (lo != 0).any() and (hi < 0).any(), "the inputs exercise lo parts and signs"

@@ -11,6 +11,7 @@ The panel (householder_panel_kernel), by its knobs:
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped   # broadcast shuffle
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --maxnreg 168
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --pending
+    python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --v-parts  # V packed
 
 Any other kernel of kernels/, by module.name and its compile-time constants:
 
@@ -18,7 +19,7 @@ Any other kernel of kernels/, by module.name and its compile-time constants:
         --const BN=128 --const NUM_STAGES=4 --const PROJECT=fp16x3 --const TCONTRACT=fp32 \\
         --const APPLY=fp16x3 --const APPLY_PREV=True
     python tools/sass_loop.py --kernel strip.fused_strip_kernel ... --const V_PARTS=True \\
-        --fp16-ptr va_ptr --fp16-ptr vb_ptr        # strip.v_parts: V's parts in fp16
+        --int-ptr va_ptr --int-ptr vb_ptr        # strip.v_parts: V's fp16x3 parts packed in int32
 
 Registers and spills depend on Triton's version: the H200 runs Triton 3.6, and the CPU
 machine's newer Triton can differ a lot (the fused strip's projection-only pass: 131
@@ -68,27 +69,25 @@ def kernel_module(name: str):
         return importlib.import_module(f"kernels.{name}")
 
 
-def argument_type(name: str, fp16_ptrs=()) -> str:
+def argument_type(name: str, int_ptrs=()) -> str:
     """A kernel argument's type by its name: the relocation table (relocate.py) holds int64
-    offsets, the pointers named in fp16_ptrs point at fp16, any other *_ptr at fp32, the rest
-    are ints."""
+    offsets, the pointers named in int_ptrs point at int32 (V's packed parts: strip.v_parts), any
+    other *_ptr at fp32, the rest are ints."""
     if name == "table_ptr":
         return "*i64"
-    if name in fp16_ptrs:
-        return "*fp16"
+    if name in int_ptrs:
+        return "*i32"
     return "*fp32" if name.endswith("_ptr") else "i32"
 
 
-def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, fp16_ptrs=()):
+def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=()):
     """fn compiled for sm_90: every argument not in constants a pointer (named *_ptr) or an int,
-    all divisible by 16. A relocation slot (*_SLOT) not given is NO_SLOT, and PDL and V_PARTS are off unless given."""
+    all divisible by 16. A relocation slot (*_SLOT) not given is NO_SLOT, and PDL, V_PARTS, LATE_WAIT and TAIL
+    are off unless given."""
     defaults = {a: -1 for a in fn.arg_names if a.endswith("_SLOT")}
-    if "PDL" in fn.arg_names:
-        defaults["PDL"] = False
-    if "V_PARTS" in fn.arg_names:
-        defaults["V_PARTS"] = False
+    defaults.update({a: False for a in ("PDL", "V_PARTS", "LATE_WAIT", "TAIL") if a in fn.arg_names})
     constants = {**defaults, **constants}
-    signature = {a: "constexpr" if a in constants else argument_type(a, fp16_ptrs) for a in fn.arg_names}
+    signature = {a: "constexpr" if a in constants else argument_type(a, int_ptrs) for a in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a not in constants}
     try:
         source = ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
@@ -98,12 +97,13 @@ def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, fp16_ptrs=
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False, split=False):
+def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False, split=False, v_parts=False):
     panel = kernel_module("panel")
     constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=0, UNROLL=unroll,
                      GROUPED=grouped, SHUFFLE=grouped, PENDING=pending, YB=BB, PRE_BM=panel.PENDING_ROWS,
-                     PRE_APPLY="fp16x3", SPLIT=split, V_PARTS=False)
-    return compile_kernel(panel.householder_panel_kernel, constants, warps, maxnreg)
+                     PRE_APPLY="fp16x3", SPLIT=split, V_PARTS=v_parts)
+    return compile_kernel(panel.householder_panel_kernel, constants, warps, maxnreg,
+                          ("v_ptr",) if v_parts else ())
 
 
 def tool(name, cubin, *flags):
@@ -126,6 +126,13 @@ def loop_bodies(sass):
     return bodies
 
 
+def load_layouts(ttgir: str) -> list:
+    """The blocked layout (sizePerThread, threadsPerWarp, ...) of each tt.load, in program order:
+    the grouped panel's indexed shuffle needs its tile's load at 4 columns a thread."""
+    layouts = dict(re.findall(r"^#(\w+) = #ttg\.blocked<\{([^}]*)\}>", ttgir, re.M))
+    return [layouts.get(name, name) for name in re.findall(r"tt\.load .*?#(\w+)>", ttgir)]
+
+
 def constant(text: str):
     """NAME=VALUE: VALUE as a Python literal (32, True) or else a string (fp16x3)."""
     name, _, value = text.partition("=")
@@ -140,8 +147,8 @@ def main():
     parser.add_argument("--kernel", help="module.kernel of kernels/ (default: the panel, by the options below)")
     parser.add_argument("--const", action="append", default=[], type=constant, metavar="NAME=VALUE",
                         help="with --kernel: a compile-time constant (repeat)")
-    parser.add_argument("--fp16-ptr", action="append", default=[], metavar="NAME",
-                        help="a pointer argument of --kernel that points at fp16 (e.g. va_ptr with V_PARTS=True)")
+    parser.add_argument("--int-ptr", action="append", default=[], metavar="NAME",
+                        help="a pointer argument of --kernel that points at int32 (e.g. va_ptr with V_PARTS=True)")
     parser.add_argument("--bl", type=int, default=512)
     parser.add_argument("--bb", type=int, default=32)
     parser.add_argument("--warps", type=int, default=4)
@@ -151,14 +158,21 @@ def main():
     parser.add_argument("--pending", action="store_true",
                         help="with the previous panel's update applied first (panel.apply_pending, in fp16x3)")
     parser.add_argument("--split", action="store_true", help="the grouped panel in two halves (panel.split 2)")
+    parser.add_argument("--v-parts", action="store_true", help="V stored as its packed fp16x3 parts (strip.v_parts)")
+    parser.add_argument("--load-layouts", action="store_true",
+                        help="print each load's register layout (Triton's TTGIR) instead of the SASS counts")
     args = parser.parse_args()
     if args.kernel:
         module, _, name = args.kernel.partition(".")
         kernel = compile_kernel(getattr(kernel_module(module), name), dict(args.const), args.warps, args.maxnreg,
-                                args.fp16_ptr)
+                                args.int_ptr)
     else:
         kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending,
-                               args.split)
+                               args.split, args.v_parts)
+    if args.load_layouts:
+        for layout in load_layouts(kernel.asm["ttgir"]):
+            print(f"load: {layout}")
+        return
     cubin = kernel.asm["cubin"]
     print(f"triton {triton.__version__}: "
           + " ".join(re.findall(r"(REG:\d+|STACK:\d+|SHARED:\d+)", tool("cuobjdump", cubin, "--dump-resource-usage"))))
