@@ -11,8 +11,6 @@
 #   bash tools/gpu_plan.sh decide     # the first calls' wall times (tools/call_phases.py), then means (~9 min cold)
 #   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
 #   bash tools/gpu_plan.sh profile V  # qrsub profile of variant V, every benchmark case (~2 min)
-#   bash tools/gpu_plan.sh sweep64 [V]  # the fused pass tiles (strip bm, bn, warps) of V (default
-#                                       # champion-w64) at 640x512 (~8 min)
 #   bash tools/gpu_plan.sh ranked V SEL  # the service's ranked run (test, benchmark, leaderboard stages)
 #                                        # of variant V on cases SEL, e.g. 0-5 then 6-11 (~5 min each)
 # Logs and JSON go under $OUT (the device tool's output folder), else ./gpu-results.
@@ -20,7 +18,7 @@
 # offline install does.
 set -u
 case "${1:-}" in
-check|twins|means|decide|sweep64) ;;
+check|twins|means|decide) ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
 ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
 ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
@@ -42,15 +40,12 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1): at 640x512 the mid route on 64-column split
-# panels with a BB-64 fused pass (first: check's ncu profiles it), V stored as its fp16x3 parts
-# (alone and with it), and the mid panel capped at 168 registers on panels of at most 256 rows; at n >= 1024 the huge and giant routes' Gram
-# product split over rows and the two-level Gram in 64-column programs; everywhere graphed,
-# each route's first launches in a graph of their own, replayed before the rest (graph.head).
-AT_512="variants/champion-w64.yaml variants/champion-vparts.yaml variants/champion-w64-vparts.yaml
-        variants/champion-shortregs.yaml"
-AT_1024_UP="variants/champion-gramsplit.yaml variants/champion-gramcols.yaml"
-EVERYWHERE="variants/champion-head.yaml"
+# champion's own code, so its ratio there is 1): at 640x512 V stored as its fp16x3 parts (NaN on
+# the H200 in the thirteenth session: tools/probe_vparts.py) and the mid panel capped at 168
+# registers on panels of at most 256 rows; none at n >= 1024 yet.
+AT_512="variants/champion-vparts.yaml variants/champion-shortregs.yaml"
+AT_1024_UP=""
+EVERYWHERE=""
 EXPERIMENTS="$AT_512 $AT_1024_UP $EVERYWHERE"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
@@ -60,8 +55,7 @@ BASELINES=${BASELINES-"variants/geqrf.yaml variants/champion-concurrent.yaml"}
 
 case "${1:-}" in
 check)
-    # Two benches, each of the experiments that touch its cases (--budget shared by the cases;
-    # champion-head leaves the small cases' routes as they are).
+    # Two benches, each of the experiments that touch its cases (--budget shared by the cases).
     bench() {  # NAME CASES BUDGET CANDIDATES...
         local name=$1 cases=$2 budget=$3
         shift 3
@@ -70,10 +64,10 @@ check)
             | tee "$OUT/bench-$name.txt" | tail -30
     }
     bench 512 n=512 140 $AT_512 $EVERYWHERE
-    bench 1024up 4,5,6,8,11 90 $AT_1024_UP $EVERYWHERE
+    [ -n "$AT_1024_UP$EVERYWHERE" ] && bench 1024up 4,5,6,8,11 90 $AT_1024_UP $EVERYWHERE
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "head or shortregs or w64 or vparts or gramsplit or gramcols or gram_kernel" \
+        -k "shortregs or vparts or gramsplit or gramcols or gram_kernel" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     # Where the first experiment's 640x512 time goes (about 15 s): `bash $0 ncu` below.
     bash "$0" ncu ${EXPERIMENTS%% *} 3 > /dev/null 2>&1 && echo "ncu of ${EXPERIMENTS%% *}: in $OUT"
@@ -113,14 +107,6 @@ means|decide)
         python3 -m qrsub test --local "$v" --mode benchmark --cases 0,1,2,4,5,6 --timeout 150 \
             --json "$OUT/means-$(basename "$v" .yaml).json" 2>&1 | tee "$OUT/means-$(basename "$v" .yaml).txt" | tail -30
     done
-    ;;
-sweep64)
-    # Only if champion-w64 (or V, e.g. champion-w64-vparts) won check's bench: its strip tiles
-    # (ptxas, Triton 3.6, without v_parts: BM 16 BN 64 8 warps 120 registers; BM 32 BN 64 8 warps
-    # 159; BM 16 BN 32 4 warps 121; BN 128 spills).
-    timeout 560 python3 -m qrsub sweep "${2:-variants/champion-w64.yaml}" --cases n=512 --budget 40 \
-        --set mid.strip.bm=16,32 --set mid.strip.bn=32,64 --set mid.strip.num_warps=4,8 \
-        2>&1 | tee "$OUT/sweep64.txt" | tail -40
     ;;
 profile)
     timeout 200 python3 -m qrsub profile "$2" --json "$OUT/profile-$(basename "$2" .yaml).json" \
