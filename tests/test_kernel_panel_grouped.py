@@ -115,8 +115,8 @@ def test_a_split_needs_halves_that_feed_tensor_cores_and_keep_the_shuffles_layou
 
 
 def test_a_64_column_split_panel_gives_the_reference_factors():
-    """Width 64 (champion-w64): halves of 32, against the float64 reference panel (the whole
-    grouped panel at 64 columns takes minutes on the interpreter)."""
+    """Width 64 (1.82x slower at 640x512 on the H200, s13): halves of 32, against the float64
+    reference panel (the whole grouped panel at 64 columns takes minutes on the interpreter)."""
     A = special_matrices(80, batch=5)
     j, width = 16, 64
     H, tau, T, V = factor_panel_at(A, j, width, 2)
@@ -134,7 +134,7 @@ SLOW = pytest.mark.skipif(not os.environ.get("QRSUB_SLOW"), reason="4 minutes on
 
 @pytest.mark.parametrize("n,width,bn", [(64, 32, 16), pytest.param(144, 64, 64, marks=SLOW)])
 def test_blocked_qr_with_a_split_panel_passes_the_gate(n, width, bn):
-    """The fused driver on split panels, against 32-wide whole panels. Width 64 (champion-w64):
+    """The fused driver on split panels, against 32-wide whole panels. Width 64 (the knobs of the dropped champion-w64):
     panels of 64, 64 and 16 columns, the fused pass and the rank update at BB 64."""
     A = special_matrices(n, batch=2)
     H, tau = qr_blocked(A, route(panel=dict(width=width, broadcast="shuffle", unroll=4, split=2),
