@@ -83,7 +83,8 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("2l", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32), twolevel=FAR_TF32),
     case("2l-gram", "twolevel", 1100, panel=dict(TALL16, row_tiles=2), strip=dict(bm=64, bn=32),
          twolevel=dict(FAR_TF32, block_t="kernel", gram="fp16x3")),
-    # the Gram product in 64-column programs, the blocks block_t does not read skipped (the champion's huge and giant routes, s13)
+    # the Gram product in 64-column programs, the blocks block_t does not read skipped (the
+    # champion's huge and giant routes, s13)
     case("gramcols", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
          twolevel=dict(FAR_TF32, block_t="kernel", gram="fp16x3", gram_columns=64)),
     case("2l-fp32t", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
