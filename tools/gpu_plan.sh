@@ -42,9 +42,10 @@ PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
 # champion's own code, so its ratio there is 1): at 640x512 V stored as its fp16x3 parts (NaN on
 # the H200 in the thirteenth session: tools/probe_vparts.py) and the mid panel capped at 168
-# registers on panels of at most 256 rows; none at n >= 1024 yet.
+# registers on panels of at most 256 rows; at 8x2048 and 2x4096 the Gram split over rows
+# without the 64-column Gram programs (one knob fewer, if no slower).
 AT_512="variants/champion-vparts.yaml variants/champion-shortregs.yaml"
-AT_1024_UP=""
+AT_1024_UP="variants/champion-nogramcols.yaml"
 EVERYWHERE=""
 EXPERIMENTS="$AT_512 $AT_1024_UP $EVERYWHERE"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
@@ -64,7 +65,7 @@ check)
             | tee "$OUT/bench-$name.txt" | tail -30
     }
     bench 512 n=512 140 $AT_512 $EVERYWHERE
-    [ -n "$AT_1024_UP$EVERYWHERE" ] && bench 1024up 4,5,6,8,11 90 $AT_1024_UP $EVERYWHERE
+    bench 1024up 5,6 90 $AT_1024_UP $EVERYWHERE
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
         -k "shortregs or vparts or gramsplit or gramcols or gram_kernel" \
