@@ -323,7 +323,9 @@ def test_programmatic_dependent_launch_changes_no_bit(driver, batch, n, knobs, g
         torch.testing.assert_close(tau1, tau0, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("n,width,warps", [(512, 32, 4), (1024, 16, 8), (176, 16, 4), (32, 32, 2), (64, 16, 4)])
+@pytest.mark.parametrize("n,width,warps", [(512, 32, 4), (1024, 16, 8), (176, 16, 4), (32, 32, 2), (64, 16, 4),
+                                           # champion-warp1's panels: 128 values a thread
+                                           (32, 32, 1), (176, 16, 1), (128, 32, 1), (1024, 16, 4)])
 def test_grouped_panel_shuffle_on_gpu(n, width, warps):
     """PanelKnobs.broadcast shuffle: the indexed shuffle assumes the layout Triton gives the
     grouped panel (4 columns a thread, a row's groups on consecutive lanes); this checks it

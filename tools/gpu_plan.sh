@@ -40,13 +40,14 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1): at 640x512 V stored as its fp16x3 parts (NaN on
-# the H200 in the thirteenth session: tools/probe_vparts.py) and the mid panel capped at 168
-# registers on panels of at most 256 rows; at 8x2048 and 2x4096 the Gram split over rows
-# without the 64-column Gram programs (one knob fewer, if no slower).
+# champion's own code, so its ratio there is 1): at 640x512 V stored as its fp16x3 parts, packed
+# in 32-bit words (NaN on the H200 in the thirteenth session, before the packing), and the mid
+# panel capped at 168 registers on panels of at most 256 rows; at 8x2048 and 2x4096 the Gram
+# split over rows without the 64-column Gram programs (one knob fewer, if no slower); on every
+# route but huge and giant, panels in fewer warps (128 values a thread: no barriers at 1 warp).
 AT_512="variants/champion-vparts.yaml variants/champion-shortregs.yaml"
 AT_1024_UP="variants/champion-nogramcols.yaml"
-EVERYWHERE=""
+EVERYWHERE="variants/champion-warp1.yaml"
 EXPERIMENTS="$AT_512 $AT_1024_UP $EVERYWHERE"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
@@ -65,10 +66,10 @@ check)
             | tee "$OUT/bench-$name.txt" | tail -30
     }
     bench 512 n=512 140 $AT_512 $EVERYWHERE
-    bench 1024up 5,6 90 $AT_1024_UP $EVERYWHERE
+    bench others 0-2,4-6,8,11 150 $AT_1024_UP $EVERYWHERE
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "shortregs or vparts or gramsplit or gramcols or gram_kernel" \
+        -k "vparts or v_parts or gramsplit or gram_kernel or shuffle" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     # Where the first experiment's 640x512 time goes (about 15 s): `bash $0 ncu` below.
     bash "$0" ncu ${EXPERIMENTS%% *} 3 > /dev/null 2>&1 && echo "ncu of ${EXPERIMENTS%% *}: in $OUT"

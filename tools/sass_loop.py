@@ -159,6 +159,7 @@ def main():
                         help="with the previous panel's update applied first (panel.apply_pending, in fp16x3)")
     parser.add_argument("--split", action="store_true", help="the grouped panel in two halves (panel.split 2)")
     parser.add_argument("--v-parts", action="store_true", help="V stored as its packed fp16x3 parts (strip.v_parts)")
+    parser.add_argument("--ops", type=int, default=8, help="how many of a loop's most common opcodes to print")
     parser.add_argument("--load-layouts", action="store_true",
                         help="print each load's register layout (Triton's TTGIR) instead of the SASS counts")
     args = parser.parse_args()
@@ -180,7 +181,7 @@ def main():
     # Each instruction's line carries its address as /*hex*/: 4 digits up to 64 KiB of code.
     print(f"kernel: {len(re.findall(r'/[*][0-9a-f]{4,}[*]/', sass))} instructions")
     for count, ops in loop_bodies(sass):
-        print(f"loop: {count} instructions; {', '.join(f'{op} {n}' for op, n in ops.most_common(8))}")
+        print(f"loop: {count} instructions; {', '.join(f'{op} {n}' for op, n in ops.most_common(args.ops))}")
 
 
 if __name__ == "__main__":
