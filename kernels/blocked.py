@@ -307,5 +307,5 @@ def qr_coop(A: torch.Tensor, route):
         if H.shape[1] - j <= route.coop.max_rows:
             return one_program(src, H, tau, T, V, j, bw, v_col_off, v_row_off)
         coop_panel(src, H, tau, T, V, j, bw, programs=route.coop.programs, exchange=route.coop.exchange,
-                   knobs=route.panel, v_col_off=v_col_off, v_row_off=v_row_off)
+                   broadcast=route.coop.broadcast, knobs=route.panel, v_col_off=v_col_off, v_row_off=v_row_off)
     return qr_twolevel(A, route, panel)

@@ -8,7 +8,8 @@ proj = sum over rows r > k of x_r * panel[r, :]. Every program sums the NC
 partials and applies the reflector to its own rows.
 The exchange (CoopKnobs.exchange) is an atomic counter per matrix as the
 barrier, or a slot per reflector whose words start as a sentinel and are
-polled until all are written. Either way the programs wait on each other, so
+polled until all are written: by the whole program (slots), whose loop test is
+a reduction across its warps, or by each thread alone for its own words (spin). Either way the programs wait on each other, so
 all NC programs of a matrix must be resident at once (batch * NC well under the
 SM count) and the interpreter, which runs programs one after another, can only
 run NC = 1.
@@ -18,7 +19,8 @@ import triton
 import triton.language as tl
 
 from .launch import interpreted, pdl_launch, wait_for_previous
-from .panel import by_rows, column_sums, load_slice, padded_width, reflect, store_v
+from .panel import (by_rows, column_sums, grouped_reflect, grouped_sums, load_slice, padded_width, reflect,
+                    shuffle_layout_holds, store_v)
 from .scratch import scratch
 
 
@@ -78,31 +80,116 @@ def exchange_slots(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB:
     return tl.sum(row_parts, axis=0), tl.sum(proj_parts, axis=0)
 
 
+# exchange spin builds its inline PTX at compile time through triton.constexpr_function (Triton
+# 3.5 on; the H200 runs 3.6). Without it this module still imports, and coop_panel refuses spin.
+HAS_CONSTEXPR_FUNCTION = hasattr(triton, "constexpr_function")
+compile_time = triton.constexpr_function if HAS_CONSTEXPR_FUNCTION else (lambda fn: fn)
+
+
+@compile_time
+def settled_sums_ptx(nc, bb, pack):
+    """Inline PTX for exchange_spin: PACK values a thread, for each the NC programs' row_k and
+    proj words of one slot (operand 2 PACK + e points at value e's row_k word of program 0;
+    program q's lies 8 BB q bytes on, its proj 4 BB bytes past its row_k). It loads all 2 NC PACK
+    words at once and loads them all again while any still holds SLOT_SENTINEL, so that a
+    thread waits one round trip to memory when its partners were first, and on nobody else.
+    Outputs: the row_k sums (operands 0..PACK-1), then the proj sums, each added in program order."""
+    # Word i is value e's row_k (part 0) or proj (part 1) from program q: i = (e * 2 + part) * nc + q.
+    count = 2 * nc * pack
+    sentinel = f"{SLOT_SENTINEL.value:#x}"
+    ptx = ["{", ".reg .pred unwritten;", f".reg .b32 w<{count}>;", "again${:uid}:"]
+    for i in range(count):
+        e, part, q = i // (2 * nc), i // nc % 2, i % nc
+        ptx.append(f"ld.volatile.global.b32 w{i}, [${2 * pack + e}+{8 * bb * q + 4 * bb * part}];")
+    ptx.append(f"setp.eq.b32 unwritten, w0, {sentinel};")
+    ptx += [f"setp.eq.or.b32 unwritten, w{i}, {sentinel}, unwritten;" for i in range(1, count)]
+    ptx.append("@unwritten bra again${:uid};")
+    for i in range(count):
+        e, part, q = i // (2 * nc), i // nc % 2, i % nc
+        out = f"${part * pack + e}"
+        ptx.append(f"mov.b32 {out}, w{i};" if q == 0 else f"add.f32 {out}, {out}, w{i};")
+    ptx.append("}")
+    return tl.constexpr(" ".join(ptx))
+
+
+@compile_time
+def settled_sums_constraints(pack):
+    """settled_sums_ptx's operands: 2 PACK 32-bit outputs, then PACK 64-bit addresses."""
+    return tl.constexpr(",".join(["=r"] * 2 * pack + ["l"] * pack))
+
+
+@triton.jit
+def exchange_spin(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: tl.constexpr, SPIN: tl.constexpr):
+    """exchange_slots' sums without a reduction across the program while it waits: with SPIN each
+    thread polls the words of its own values (settled_sums_ptx) and adds the NC partials in
+    program order, the same in every program. cols: the column of each value of row_k and proj
+    (any shape: the grouped program's is (G, 4)). Without SPIN (the interpreter, one program)
+    one plain load of each word. The barrier after it brings the warps together again, which
+    keeps ptxas from guarding the shuffles that follow against diverged warps."""
+    PW: tl.constexpr = 2 * BB
+    slot = slot_ptr + (pid * BB + k) * NC * PW
+    tl.store(slot + p * PW + cols, row_k)
+    tl.store(slot + p * PW + BB + cols, proj)
+    if SPIN:
+        PACK: tl.constexpr = 4
+        row_sum, proj_sum = tl.inline_asm_elementwise(
+            settled_sums_ptx(NC, BB, PACK), settled_sums_constraints(PACK), [slot + cols], dtype=(tl.float32, tl.float32),
+            is_pure=False, pack=PACK)
+        tl.debug_barrier()
+    else:
+        row_sum = tl.load(slot + cols)
+        proj_sum = tl.load(slot + BB + cols)
+        for q in tl.static_range(1, NC):
+            row_sum += tl.load(slot + q * PW + cols)
+            proj_sum += tl.load(slot + q * PW + BB + cols)
+    return row_sum, proj_sum
+
+
+@triton.jit
+def exchange(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: tl.constexpr,
+             EXCHANGE: tl.constexpr, SPIN: tl.constexpr):
+    """row_k and proj summed over the NC programs of matrix pid, by CoopKnobs.exchange."""
+    if EXCHANGE == "spin":
+        return exchange_spin(part_ptr, pid, p, k, row_k, proj, cols, NC, BB, SPIN)
+    elif EXCHANGE == "slots":
+        return exchange_slots(part_ptr, pid, p, k, row_k, proj, cols, NC, BB)
+    else:
+        return exchange_counter(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC, BB)
+
+
 @triton.jit
 def coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, NC: tl.constexpr, BB: tl.constexpr,
-              SLOTS: tl.constexpr, BELOW: tl.constexpr):
+              EXCHANGE: tl.constexpr, BELOW: tl.constexpr, GROUPED: tl.constexpr, SHUFFLE: tl.constexpr,
+              SPIN: tl.constexpr):
     """Reflector k on this program's rows, its sums exchanged with the matrix's other programs
-    (BELOW: this program's rows all lie below the panel's diagonal, panel.row_masks)."""
-    x, tail, row_k, proj = column_sums(P, rows, cols, k, BELOW)
-    if SLOTS:
-        row_k, proj = exchange_slots(part_ptr, pid, p, k, row_k, proj, cols, NC, BB)
+    (BELOW: this program's rows all lie below the panel's diagonal, panel.row_masks). GROUPED:
+    the slice held as (BR, G, 4) (panel.grouped_sums and grouped_reflect, SHUFFLE their
+    broadcast); T and tau only where they are stored, in the program with the diagonal."""
+    if GROUPED:
+        x, tail, row_k, proj = grouped_sums(P, rows, cols, k, SHUFFLE, 0, BELOW)
     else:
-        row_k, proj = exchange_counter(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC, BB)
-    return reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW)
+        x, tail, row_k, proj = column_sums(P, rows, cols, k, BELOW)
+    row_k, proj = exchange(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC, BB, EXCHANGE, SPIN)
+    if GROUPED:
+        return grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, 0, BELOW, not BELOW)
+    else:
+        return reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW)
 
 
 @triton.jit
 def coop_reflectors(P, T, taus, rows, cols, bw, part_ptr, count_ptr, pid, p, NC: tl.constexpr,
-                    BB: tl.constexpr, SLOTS: tl.constexpr, UNROLL: tl.constexpr, BELOW: tl.constexpr):
+                    BB: tl.constexpr, EXCHANGE: tl.constexpr, UNROLL: tl.constexpr, BELOW: tl.constexpr,
+                    GROUPED: tl.constexpr, SHUFFLE: tl.constexpr, SPIN: tl.constexpr):
     """The panel's reflector loop on this program's rows (UNROLL as householder_panel_kernel's)."""
     if UNROLL == 0:
         for k in range(0, bw):
-            P, T, taus = coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, NC, BB, SLOTS, BELOW)
+            P, T, taus = coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, NC, BB, EXCHANGE,
+                                   BELOW, GROUPED, SHUFFLE, SPIN)
     else:
         for k0 in range(0, BB, UNROLL):
             for r in tl.static_range(UNROLL):
                 P, T, taus = coop_step(P, T, taus, rows, cols, k0 + r, part_ptr, count_ptr, pid, p, NC, BB,
-                                       SLOTS, BELOW)
+                                       EXCHANGE, BELOW, GROUPED, SHUFFLE, SPIN)
     return P, T, taus
 
 
@@ -111,18 +198,21 @@ def coop_panel_kernel(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, part_ptr, count_ptr,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, FULL: tl.constexpr,
-    SLOTS: tl.constexpr, UNROLL: tl.constexpr, PDL: tl.constexpr,
+    EXCHANGE: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr, SHUFFLE: tl.constexpr,
+    SPIN: tl.constexpr, PDL: tl.constexpr,
 ):
     """Grid: (NC, batch). Program (p, i) owns panel rows [p*BR, (p+1)*BR) of matrix i.
 
-    Arguments as householder_panel_kernel's, plus the exchange's buffers. SLOTS
-    (CoopKnobs.exchange == "slots"): part_ptr is batch x BB x NC x 2*BB fp32 (a slot per
-    reflector, every word SLOT_SENTINEL at launch) and count_ptr is unused. Otherwise
-    part_ptr is batch x 2 x NC x 2*BB fp32 (row_k then proj, two alternating slots) and
-    count_ptr batch int32 counters, zero at launch. UNROLL as householder_panel_kernel's
-    (the exchange slots are indexed by k, so the extra zero columns of a narrow panel use
-    slots that exist: there are BB of them). Invariants: NC, BR, BB powers of two,
-    BB >= 16, BR >= BB, NC * BR >= L, and all NC programs of a matrix co-resident.
+    Arguments as householder_panel_kernel's, plus the exchange's buffers. EXCHANGE
+    (CoopKnobs.exchange) slots or spin: part_ptr is batch x BB x NC x 2*BB fp32 (a slot per
+    reflector, every word SLOT_SENTINEL at launch) and count_ptr is unused; SPIN: spin_load's
+    loop runs (false in the interpreter). counter: part_ptr is batch x 2 x NC x 2*BB fp32 (row_k
+    then proj, two alternating slots) and count_ptr batch int32 counters, zero at launch. UNROLL
+    as householder_panel_kernel's (the exchange slots are indexed by k, so the extra zero columns
+    of a narrow panel use slots that exist: there are BB of them). GROUPED (CoopKnobs.broadcast
+    shuffle, where panel.shuffle_layout_holds for a slice): the slice held as (BR, G, 4) as
+    panel_program_grouped holds its tile, SHUFFLE its indexed shuffle. Invariants: NC, BR, BB
+    powers of two, BB >= 16, BR >= BB, NC * BR >= L, and all NC programs of a matrix co-resident.
     PDL: launch.wait_for_previous first (before any program spins on another).
     """
     wait_for_previous(PDL)
@@ -131,21 +221,32 @@ def coop_panel_kernel(
     rows = p * BR + tl.arange(0, BR)
     cols = tl.arange(0, BB)
     P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
+    first_rows, slice_rows, loop_cols = tl.arange(0, BR), rows, cols
+    if GROUPED:
+        G: tl.constexpr = BB // 4
+        P = tl.reshape(P, (BR, G, 4))
+        T = tl.zeros((BB, G, 4), dtype=tl.float32)
+        taus = tl.zeros((G, 4), dtype=tl.float32)
+        first_rows, slice_rows = first_rows[:, None], rows[:, None]
+        loop_cols = tl.arange(0, G)[:, None] * 4 + tl.arange(0, 4)[None, :]
     # Program 0 holds the panel's diagonal; the others' rows all lie below it (BR >= BB),
     # which lets the compiler fold their row masks (panel.row_masks).
     if p == 0:  # rows as a constant range (p * BR is zero here), so its masks fold as the panel's do
-        P, T, taus = coop_reflectors(P, T, taus, tl.arange(0, BR), cols, bw, part_ptr, count_ptr, pid, p, NC, BB,
-                                     SLOTS, UNROLL, False)
+        P, T, taus = coop_reflectors(P, T, taus, first_rows, loop_cols, bw, part_ptr, count_ptr, pid, p, NC, BB,
+                                     EXCHANGE, UNROLL, False, GROUPED, SHUFFLE, SPIN)
     else:
-        P, T, taus = coop_reflectors(P, T, taus, rows, cols, bw, part_ptr, count_ptr, pid, p, NC, BB, SLOTS,
-                                     UNROLL, True)
+        P, T, taus = coop_reflectors(P, T, taus, slice_rows, loop_cols, bw, part_ptr, count_ptr, pid, p, NC, BB,
+                                     EXCHANGE, UNROLL, True, GROUPED, SHUFFLE, SPIN)
+    if GROUPED:
+        P = tl.reshape(P, (BR, BB))
+        T = tl.reshape(T, (BB, BB))
+        taus = tl.reshape(taus, (BB,))
     tl.store(dst_ptr + pid * n * n + offs, P, mask=in_panel)
     store_v(v_ptr, P, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, False)
     if p == 0:
         tl.store(tau_ptr + pid * n + tau_off + cols, taus, mask=cols < bw)
         if WRITE_T:
             tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], T)
-
 
 
 def resident_programs(programs: int, batch: int, sms: int) -> int:
@@ -164,18 +265,27 @@ def coop_programs_allowed(programs: int, batch: int, device) -> int:
     return resident_programs(programs, batch, torch.cuda.get_device_properties(device).multi_processor_count)
 
 
-def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, v_col_off=0, v_row_off=None):
+def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadcast="sum", v_col_off=0,
+               v_row_off=None):
     """householder_panel's contract, with the panel's rows split over `programs` programs
     (CoopKnobs.programs, fewer where they would not all be resident) that sum their partials
-    per reflector by CoopKnobs.exchange ("counter" or "slots"). `knobs` (PanelKnobs) gives
-    num_warps by the rows one program holds, and unroll."""
+    per reflector by CoopKnobs.exchange ("counter", "slots" or "spin"). `knobs` (PanelKnobs) gives
+    num_warps by the rows one program holds, and unroll. broadcast (CoopKnobs.broadcast) shuffle
+    holds each slice as column groups where panel.shuffle_layout_holds (exchange spin only)."""
     batch, n, _ = dst.shape
     L = n - j
     NC = coop_programs_allowed(programs, batch, dst.device)
     BB = padded_width(bw)
     BR = max(BB, triton.next_power_of_2(triton.cdiv(L, NC)))
+    if exchange == "spin" and not HAS_CONSTEXPR_FUNCTION:
+        raise RuntimeError(f"coop.exchange spin needs triton.constexpr_function (Triton 3.5 or later); "
+                           f"this is Triton {triton.__version__}: use exchange slots")
+    if broadcast == "shuffle" and exchange != "spin":
+        raise ValueError(f"coop broadcast shuffle needs exchange spin, got {exchange}")
+    num_warps = by_rows(knobs.num_warps, BR)
+    grouped = broadcast == "shuffle" and shuffle_layout_holds(n, j, bw, BB, BR, num_warps)
     count = scratch("coop_count", (batch,), torch.int32, dst.device)
-    if exchange == "slots":
+    if exchange in ("slots", "spin"):
         parts = scratch("coop_slots", (batch, BB, NC, 2 * BB), torch.float32, dst.device)
         parts.view(torch.int32).fill_(SLOT_SENTINEL.value)
     else:
@@ -185,6 +295,7 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, v_col_o
         src, dst, tau, T if T is not None else tau, V, parts, count,
         n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
         j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
-        NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, SLOTS=exchange == "slots",
-        UNROLL=knobs.unroll, num_warps=by_rows(knobs.num_warps, BR), **pdl_launch(),
+        NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, EXCHANGE=exchange, UNROLL=knobs.unroll,
+        GROUPED=grouped, SHUFFLE=grouped and not interpreted(), SPIN=not interpreted(),
+        num_warps=num_warps, **pdl_launch(),
     )

@@ -122,18 +122,25 @@ def group_broadcast(xg, k, SHUFFLE: tl.constexpr):
 
 
 @triton.jit
-def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr):
-    """Reflector k on the panel held as (BL, G, 4): column c is group (c - C0) // 4, entry c % 4.
-    The same arithmetic as column_sums and reflect, with each row vector held as (BL, G),
-    one copy per column group, so that column k reaches every group by group_broadcast.
-    cols: (G, 4) column indices, from C0 (0, or a split panel's right half: PanelKnobs.split);
-    rows: (BL, 1); T: (4 G, G, 4), its rows the columns from C0 too."""
+def grouped_sums(P, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr, BELOW: tl.constexpr):
+    """column_sums for the panel held as (BL, G, 4) (grouped_step): (x, tail, row_k, proj), each
+    row vector (BL, G), one copy per column group, and row_k and proj (G, 4)."""
     neg_zero = tl.full(P.shape, -2147483648, tl.int32).to(tl.float32, bitcast=True)  # see column_sums
-    below, at = rows > k, rows == k
+    below, at = row_masks(rows, k, BELOW)
     xg = tl.sum(tl.where((cols % 4 == k % 4)[None, :, :], P, neg_zero), axis=2)  # within a thread
     x = group_broadcast(xg, k - C0, SHUFFLE)
     tail = tl.where(below, x, 0.0)
     row_k, proj = tl.reduce((tl.where(at[:, :, None], P, neg_zero), tail[:, :, None] * P), 0, add_pairs)
+    return x, tail, row_k, proj
+
+
+@triton.jit
+def grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0: tl.constexpr, BELOW: tl.constexpr,
+                    WITH_T: tl.constexpr):
+    """reflect for the panel held as (BL, G, 4), from grouped_sums' (x, tail, row_k, proj) summed
+    over the panel's rows. WITH_T false leaves T and taus as they are (a cooperative program that
+    does not store them)."""
+    below, at = row_masks(rows, k, BELOW)
     is_col = cols == k
     alpha = tl.sum(tl.sum(tl.where(is_col, row_k, 0.0), axis=1), axis=0)
     sigma = tl.sum(tl.sum(tl.where(is_col, proj, 0.0), axis=1), axis=0)
@@ -143,12 +150,24 @@ def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.conste
     coef = tl.where(cols > k, tau_k * w, 0.0)
     new_col = tl.where(below, v, tl.where(at, diag, x))
     P = tl.where(is_col[None, :, :], new_col[:, :, None], P - v[:, :, None] * coef[None, :, :])
-    t_rows = C0 + tl.arange(0, T.shape[0])
-    t_col = -tau_k * tl.sum(tl.sum(T * tl.where(cols < k, w, 0.0)[None, :, :], axis=2), axis=1)
-    t_col = tl.where(t_rows == k, tau_k, tl.where(t_rows < k, t_col, 0.0))
-    T = tl.where(is_col[None, :, :], t_col[:, None, None], T)
-    taus = tl.where(is_col, tau_k, taus)
+    if WITH_T:
+        t_rows = C0 + tl.arange(0, T.shape[0])
+        t_col = -tau_k * tl.sum(tl.sum(T * tl.where(cols < k, w, 0.0)[None, :, :], axis=2), axis=1)
+        t_col = tl.where(t_rows == k, tau_k, tl.where(t_rows < k, t_col, 0.0))
+        T = tl.where(is_col[None, :, :], t_col[:, None, None], T)
+        taus = tl.where(is_col, tau_k, taus)
     return P, T, taus
+
+
+@triton.jit
+def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr):
+    """Reflector k on the panel held as (BL, G, 4): column c is group (c - C0) // 4, entry c % 4.
+    The same arithmetic as column_sums and reflect, with each row vector held as (BL, G),
+    one copy per column group, so that column k reaches every group by group_broadcast.
+    cols: (G, 4) column indices, from C0 (0, or a split panel's right half: PanelKnobs.split);
+    rows: (BL, 1); T: (4 G, G, 4), its rows the columns from C0 too."""
+    x, tail, row_k, proj = grouped_sums(P, rows, cols, k, SHUFFLE, C0, False)
+    return grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0, False, True)
 
 
 @triton.jit
@@ -563,16 +582,22 @@ def pending_launch(pending, src, j):
             dict(PENDING=True, YB=Y.shape[2], PRE_BM=PENDING_ROWS, PRE_APPLY=pending.apply))
 
 
+def shuffle_layout_holds(n: int, j: int, bw: int, BB: int, rows: int, num_warps: int) -> bool:
+    """Whether a slice of `rows` padded rows of the panel at column j (bw columns padded to BB, of
+    n x n matrices) loads with the layout group_broadcast's shuffle needs: the full width (the
+    mask then constant along a row), rows starting 16-byte aligned (n and j multiples of 16) and
+    at least 4 values a thread, so that Triton loads 4 columns a thread (ptxas and the TTGIR for
+    sm_90 show that layout at every such shape we compiled; a tile of 2 values a thread splits
+    a group over 2 lanes)."""
+    return bw == BB and n % 16 == 0 and j % 16 == 0 and rows * BB >= 4 * 32 * num_warps
+
+
 def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None, v_parts=False):
     """(arguments, compile-time constants, launch options: num_warps and any register cap) of
     panel_program for columns [j, j+bw) of every matrix, by parameter name, as householder_panel
     launches them. PanelKnobs.num_warps and max_registers pick their values by the padded
-    height. PanelKnobs.broadcast shuffle takes the grouped program where its layout holds: a
-    full-width panel in one row
-    tile whose rows start 16-byte aligned (n and j multiples of 16) and that holds at least 4
-    values a thread, so that Triton loads 4 columns a thread (ptxas and the TTGIR for sm_90
-    show that layout at every such shape we compiled; a tile of 2 values a thread splits a
-    group over 2 lanes). Elsewhere the panel sums: the factors are the same either way.
+    height. PanelKnobs.broadcast shuffle takes the grouped program where its layout holds (one
+    row tile, shuffle_layout_holds). Elsewhere the panel sums: the factors are the same either way.
     PanelKnobs.split 2 splits the grouped program's columns in two halves where each is at
     least MIN_DOT_WIDTH wide and, like the whole tile, holds at least 4 values a thread (the
     shuffle's layout); elsewhere the panel is factored whole. v_parts (StripKnobs.v_parts): V is
@@ -588,8 +613,7 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
         v_row_off=j if v_row_off is None else v_row_off, v_col_off=v_col_off,
         v_ld=V.shape[2] if V is not None else 0)
     num_warps = by_rows(knobs.num_warps, BL + BL2)
-    grouped = (knobs.broadcast == "shuffle" and bw == BB and BL2 == 0 and n % 16 == 0 and j % 16 == 0
-               and BL * BB >= 4 * 32 * num_warps)
+    grouped = knobs.broadcast == "shuffle" and BL2 == 0 and shuffle_layout_holds(n, j, bw, BB, BL, num_warps)
     constants = dict(BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
                      UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
                      SPLIT=grouped and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH

@@ -26,7 +26,7 @@ BROADCASTS = ("sum", "shuffle")
 # Drivers built from inner panels inside outer blocks (they read `twolevel`).
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
 # How the cooperative panel's programs exchange partial sums per reflector (coop.py).
-COOP_EXCHANGES = ("counter", "slots")
+COOP_EXCHANGES = ("counter", "slots", "spin")
 # TwoLevelKnobs.block_t (wy.py): a block's T by torch products, or by one Triton launch.
 BLOCK_T = ("merge", "kernel")
 # TwoLevelKnobs.gram (wy.py): the block's Y^T Y through cuBLAS in fp32, or on tensor cores.
@@ -264,7 +264,12 @@ class TwoLevelKnobs:
 class CoopKnobs:
     programs: int = knob(8, Pow2(1, 64), "programs per matrix in the cooperative panel")
     exchange: str = knob("counter", OneOf(COOP_EXCHANGES), "how the programs sum their partials per "
-                                                          "reflector: an atomic counter barrier, or sentinel slots")
+                                                          "reflector: an atomic counter barrier, sentinel slots "
+                                                          "polled by the whole program, or sentinel slots each "
+                                                          "thread spins on alone (spin: no barrier while it waits)")
+    broadcast: str = knob("sum", OneOf(BROADCASTS), "the cooperative panel's panel.broadcast: sum, or shuffle "
+                                                  "(the panel held as column groups of 4, where its rows are "
+                                                  "16-byte aligned; with exchange spin; GPU only)")
     max_rows: int = knob(1024, IntRange(1), "panels up to this height use the one-program panel")
 
 
@@ -390,6 +395,10 @@ def route_problems(driver: str, sections: dict) -> list:
         out.append((("strip", "v_parts"), f"got true with precision.project {precision.project} and "
                     f"precision.apply {precision.apply}; allowed: true with both fp16x3 (the parts are "
                     "fp16x3's)"))
+    coop = sections["coop"]
+    if not value_problems(coop) and coop.broadcast == "shuffle" and coop.exchange != "spin":
+        out.append((("coop", "broadcast"), f"got shuffle with coop.exchange {coop.exchange}; allowed: shuffle "
+                    "with exchange spin (the grouped program sums its partials per thread), or sum"))
     twolevel = sections["twolevel"]
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))

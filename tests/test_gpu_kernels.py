@@ -23,16 +23,18 @@ def gpu_matrices(batch, n, seed=0, cond=2):
 
 
 @pytest.mark.parametrize("unroll", [0, 4])
-@pytest.mark.parametrize("exchange", ["counter", "slots"])
+@pytest.mark.parametrize("exchange,broadcast,bw", [
+    ("counter", "sum", 32), ("slots", "sum", 32), ("spin", "sum", 32),
+    ("spin", "shuffle", 32), ("spin", "shuffle", 16)])  # shuffle: coop.broadcast's grouped slices
 @pytest.mark.parametrize("programs", [2, 4, 8])
-def test_cooperative_panel_with_several_programs(programs, exchange, unroll):
-    n, j, bw = 1536, 0, 32
+def test_cooperative_panel_with_several_programs(programs, exchange, broadcast, bw, unroll):
+    n, j = 1536, 0
     A = gpu_matrices(2, n)
     dst = A.clone()
     tau = torch.zeros(2, n, device="cuda")
-    T = torch.zeros(2, 32, 32, device="cuda")
-    V = torch.zeros(2, n, 32, device="cuda")
-    coop_panel(A, dst, tau, T, V, j, bw, programs=programs, exchange=exchange,
+    T = torch.zeros(2, bw, bw, device="cuda")
+    V = torch.zeros(2, n, bw, device="cuda")
+    coop_panel(A, dst, tau, T, V, j, bw, programs=programs, exchange=exchange, broadcast=broadcast,
                knobs=PanelKnobs(num_warps=4, unroll=unroll))
     for i in range(2):
         P, tau_ref, T_ref, _ = panel_ref(A[i, :, :bw].double().cpu())
@@ -103,6 +105,9 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("coop-blockt", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"), coop=SLOTS4),
     # the Gram product split over rows (the champion's huge and giant routes, s13)
+    case("coop-spin", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
+         coop=dict(SLOTS4, exchange="spin", broadcast="shuffle")),
     case("gramsplit", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256),
          coop=SLOTS4),

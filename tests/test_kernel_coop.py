@@ -8,6 +8,7 @@ from kernel_helpers import special_matrices
 
 from qrsub.kernels.coop import coop_panel, resident_programs
 from qrsub.kernels.naive import coop_panel_ref, panel_ref
+from qrsub.kernels.panel import shuffle_layout_holds
 from qrsub.kernels.plan import PanelKnobs
 
 
@@ -23,7 +24,7 @@ def test_partial_sums_reproduce_the_panel(programs, L, b):
 
 
 @pytest.mark.parametrize("unroll", [0, 4])
-@pytest.mark.parametrize("exchange", ["counter", "slots"])
+@pytest.mark.parametrize("exchange", ["counter", "slots", "spin"])
 def test_kernel_with_one_program_matches_reference(exchange, unroll):
     A = special_matrices(36)
     j, bw = 4, 16
@@ -38,6 +39,36 @@ def test_kernel_with_one_program_matches_reference(exchange, unroll):
         torch.testing.assert_close(tau[i, j:j + bw].double().cpu(), tau_ref, atol=2e-5, rtol=1e-4)
         torch.testing.assert_close(T[i].double().cpu(), T_ref, atol=2e-5, rtol=1e-4)
         torch.testing.assert_close(V[i, j:].double().cpu(), V_ref, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("n,j,bw", [(64, 16, 16), (48, 0, 16), (80, 32, 32)])
+def test_grouped_slices_match_reference(n, j, bw):
+    """coop.broadcast shuffle: each slice held as column groups (panel.grouped_sums and
+    grouped_reflect), sums exchanged by spin. The interpreter runs one program and sums instead
+    of shuffling (test_gpu_kernels.py runs several, shuffling)."""
+    assert shuffle_layout_holds(n, j, bw, bw, 64, 4)
+    A = special_matrices(n)
+    dst = A.clone()
+    tau = torch.zeros(A.shape[0], n, device=A.device)
+    T = torch.zeros(A.shape[0], bw, bw, device=A.device)
+    V = torch.zeros(A.shape[0], n, bw, device=A.device)
+    coop_panel(A, dst, tau, T, V, j, bw, programs=4, exchange="spin", broadcast="shuffle",
+               knobs=PanelKnobs(num_warps=4, unroll=4))
+    for i in range(A.shape[0]):
+        P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + bw].double().cpu())
+        torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(tau[i, j:j + bw].double().cpu(), tau_ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(T[i].double().cpu(), T_ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(V[i, j:].double().cpu(), V_ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(dst[i, :, :j], A[i, :, :j])  # columns left of the panel untouched
+
+
+def test_grouped_slices_need_the_spin_exchange():
+    A = special_matrices(64)
+    with pytest.raises(ValueError, match="needs exchange spin"):
+        coop_panel(A, A.clone(), torch.zeros(A.shape[0], 64), torch.zeros(A.shape[0], 16, 16),
+                   torch.zeros(A.shape[0], 64, 16), 16, 16, programs=4, exchange="slots", broadcast="shuffle",
+                   knobs=PanelKnobs(num_warps=4, unroll=4))
 
 
 @pytest.mark.parametrize("programs,batch,sms,used", [
