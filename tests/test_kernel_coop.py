@@ -23,6 +23,16 @@ def test_partial_sums_reproduce_the_panel(programs, L, b):
         torch.testing.assert_close(tau, tau_ref)
 
 
+def assert_matches_panel_ref(A, dst, tau, T, V, j, bw):
+    """The factored panel columns [j, j+bw) of every matrix, tau, T and V against panel_ref's."""
+    for i in range(A.shape[0]):
+        P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + bw].double().cpu())
+        torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(tau[i, j:j + bw].double().cpu(), tau_ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(T[i].double().cpu(), T_ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(V[i, j:].double().cpu(), V_ref, atol=2e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("unroll", [0, 4])
 @pytest.mark.parametrize("exchange", ["counter", "slots", "spin"])
 def test_kernel_with_one_program_matches_reference(exchange, unroll):
@@ -33,12 +43,7 @@ def test_kernel_with_one_program_matches_reference(exchange, unroll):
     T = torch.zeros(A.shape[0], 16, 16, device=A.device)
     V = torch.zeros(A.shape[0], 36, 16, device=A.device)
     coop_panel(A, dst, tau, T, V, j, bw, programs=4, exchange=exchange, knobs=PanelKnobs(num_warps=4, unroll=unroll))
-    for i in range(A.shape[0]):
-        P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + bw].double().cpu())
-        torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)
-        torch.testing.assert_close(tau[i, j:j + bw].double().cpu(), tau_ref, atol=2e-5, rtol=1e-4)
-        torch.testing.assert_close(T[i].double().cpu(), T_ref, atol=2e-5, rtol=1e-4)
-        torch.testing.assert_close(V[i, j:].double().cpu(), V_ref, atol=2e-5, rtol=1e-4)
+    assert_matches_panel_ref(A, dst, tau, T, V, j, bw)
 
 
 @pytest.mark.parametrize("n,j,bw", [(64, 16, 16), (48, 0, 16), (80, 32, 32)])
@@ -54,13 +59,8 @@ def test_grouped_slices_match_reference(n, j, bw):
     V = torch.zeros(A.shape[0], n, bw, device=A.device)
     coop_panel(A, dst, tau, T, V, j, bw, programs=4, exchange="spin", broadcast="shuffle",
                knobs=PanelKnobs(num_warps=4, unroll=4))
-    for i in range(A.shape[0]):
-        P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + bw].double().cpu())
-        torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=2e-5, rtol=1e-4)
-        torch.testing.assert_close(tau[i, j:j + bw].double().cpu(), tau_ref, atol=2e-5, rtol=1e-4)
-        torch.testing.assert_close(T[i].double().cpu(), T_ref, atol=2e-5, rtol=1e-4)
-        torch.testing.assert_close(V[i, j:].double().cpu(), V_ref, atol=2e-5, rtol=1e-4)
-        torch.testing.assert_close(dst[i, :, :j], A[i, :, :j])  # columns left of the panel untouched
+    assert_matches_panel_ref(A, dst, tau, T, V, j, bw)
+    torch.testing.assert_close(dst[:, :, :j], A[:, :, :j])  # columns left of the panel untouched
 
 
 def test_grouped_slices_need_the_spin_exchange():
