@@ -88,53 +88,50 @@ compile_time = triton.constexpr_function if HAS_CONSTEXPR_FUNCTION else (lambda 
 
 @compile_time
 def settled_sums_ptx(nc, bb, pack):
-    """Inline PTX for exchange_spin: PACK values a thread, for each the NC programs' row_k and
-    proj words of one slot (operand 2 PACK + e points at value e's row_k word of program 0;
-    program q's lies 8 BB q bytes on, its proj 4 BB bytes past its row_k). It loads all 2 NC PACK
-    words at once and loads them all again while any still holds SLOT_SENTINEL, so that a
-    thread waits one round trip to memory when its partners were first, and on nobody else.
-    Outputs: the row_k sums (operands 0..PACK-1), then the proj sums, each added in program order."""
-    # Word i is value e's row_k (part 0) or proj (part 1) from program q: i = (e * 2 + part) * nc + q.
-    count = 2 * nc * pack
+    """Inline PTX for exchange_spin, PACK words a thread: operand PACK + e points at word e of
+    program 0's partials (a row_k or a proj word), program q's copy of it lies 8 BB q bytes on
+    (a program's partials are 2 BB words). It loads all NC PACK words at once and loads them all
+    again while any still holds SLOT_SENTINEL, so that a thread waits one round trip to memory
+    when its partners were first, and on nobody else. Operand e: word e summed over the
+    programs in program order."""
+    count = nc * pack  # word i: element i // nc, program i % nc
     sentinel = f"{SLOT_SENTINEL.value:#x}"
     ptx = ["{", ".reg .pred unwritten;", f".reg .b32 w<{count}>;", "again${:uid}:"]
-    for i in range(count):
-        e, part, q = i // (2 * nc), i // nc % 2, i % nc
-        ptx.append(f"ld.volatile.global.b32 w{i}, [${2 * pack + e}+{8 * bb * q + 4 * bb * part}];")
+    ptx += [f"ld.volatile.global.b32 w{i}, [${pack + i // nc}+{8 * bb * (i % nc)}];" for i in range(count)]
     ptx.append(f"setp.eq.b32 unwritten, w0, {sentinel};")
     ptx += [f"setp.eq.or.b32 unwritten, w{i}, {sentinel}, unwritten;" for i in range(1, count)]
     ptx.append("@unwritten bra again${:uid};")
-    for i in range(count):
-        e, part, q = i // (2 * nc), i // nc % 2, i % nc
-        out = f"${part * pack + e}"
-        ptx.append(f"mov.b32 {out}, w{i};" if q == 0 else f"add.f32 {out}, {out}, w{i};")
+    ptx += [f"mov.b32 ${i // nc}, w{i};" if i % nc == 0 else f"add.f32 ${i // nc}, ${i // nc}, w{i};"
+            for i in range(count)]
     ptx.append("}")
     return tl.constexpr(" ".join(ptx))
 
 
 @compile_time
 def settled_sums_constraints(pack):
-    """settled_sums_ptx's operands: 2 PACK 32-bit outputs, then PACK 64-bit addresses."""
-    return tl.constexpr(",".join(["=r"] * 2 * pack + ["l"] * pack))
+    """settled_sums_ptx's operands: PACK 32-bit outputs, then PACK 64-bit addresses."""
+    return tl.constexpr(",".join(["=r"] * pack + ["l"] * pack))
 
 
 @triton.jit
 def exchange_spin(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: tl.constexpr, SPIN: tl.constexpr):
     """exchange_slots' sums without a reduction across the program while it waits: with SPIN each
-    thread polls the words of its own values (settled_sums_ptx) and adds the NC partials in
-    program order, the same in every program. cols: the column of each value of row_k and proj
-    (any shape: the grouped program's is (G, 4)). Without SPIN (the interpreter, one program)
-    one plain load of each word. The barrier after it brings the warps together again, which
-    keeps ptxas from guarding the shuffles that follow against diverged warps."""
+    thread polls the words of its own values (settled_sums_ptx, 8 words an instance: a grouped
+    slice's 4 values a thread, row_k and proj joined, in one) and adds the NC partials in program
+    order, the same in every program. cols: the column of each value of row_k and proj (any
+    shape: the grouped program's is (G, 4)). Without SPIN (the interpreter, one program) one
+    plain load of each word. The barrier after it brings the warps together again, which keeps
+    ptxas from guarding the shuffles that follow against diverged warps."""
     PW: tl.constexpr = 2 * BB
     slot = slot_ptr + (pid * BB + k) * NC * PW
     tl.store(slot + p * PW + cols, row_k)
     tl.store(slot + p * PW + BB + cols, proj)
     if SPIN:
-        PACK: tl.constexpr = 4
-        row_sum, proj_sum = tl.inline_asm_elementwise(
-            settled_sums_ptx(NC, BB, PACK), settled_sums_constraints(PACK), [slot + cols], dtype=(tl.float32, tl.float32),
-            is_pure=False, pack=PACK)
+        PACK: tl.constexpr = 8
+        sums = tl.inline_asm_elementwise(
+            settled_sums_ptx(NC, BB, PACK), settled_sums_constraints(PACK), [tl.join(slot + cols, slot + BB + cols)],
+            dtype=tl.float32, is_pure=False, pack=PACK)
+        row_sum, proj_sum = tl.split(sums)
         tl.debug_barrier()
     else:
         row_sum = tl.load(slot + cols)
