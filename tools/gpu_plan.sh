@@ -9,7 +9,8 @@
 #                                      # launches of variant V on benchmark case CASE (~2 min)
 #   bash tools/gpu_plan.sh means      # the harness's own means (benchmark mode), champion vs champion-capture, one case a route (~5 min)
 #   bash tools/gpu_plan.sh decide     # the first calls' wall times (tools/call_phases.py), then means (~9 min cold)
-#   bash tools/gpu_plan.sh seeds V    # variant V over the 22 test cases, seeds unset and 1-5, then its profile (~8 min)
+#   bash tools/gpu_plan.sh seeds V [SEL]  # variant V over the 22 test cases (or SEL's), seeds unset and 1-5,
+#                                         # then its profile (~8 min for all 22)
 #   bash tools/gpu_plan.sh profile V  # qrsub profile of variant V, every benchmark case (~2 min)
 #   bash tools/gpu_plan.sh ranked V SEL  # the service's ranked run (test, benchmark, leaderboard stages)
 #                                        # of variant V on cases SEL, e.g. 0-5 then 6-11 (~5 min each)
@@ -22,7 +23,7 @@ check|twins|means|decide) ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
 ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
 ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
-*) sed -n '2,18p' "$0"; exit 2 ;;
+*) sed -n '2,19p' "$0"; exit 2 ;;
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
@@ -124,7 +125,7 @@ ranked)
     ;;
 seeds)
     for seed in "" 1 2 3 4 5; do
-        python3 -m qrsub test --local "$2" ${seed:+--seed "$seed"} --timeout 90 \
+        python3 -m qrsub test --local "$2" ${3:+--cases "$3"} ${seed:+--seed "$seed"} --timeout 90 \
             --json "$OUT/seeds-$(basename "$2" .yaml)-${seed:-unset}.json" 2>&1 | tail -3
     done
     timeout 150 python3 -m qrsub profile "$2" --json "$OUT/profile-$(basename "$2" .yaml).json" \
