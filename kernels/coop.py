@@ -88,36 +88,39 @@ compile_time = triton.constexpr_function if HAS_CONSTEXPR_FUNCTION else (lambda 
 
 @compile_time
 def settled_sums_ptx(nc, bb, pack):
-    """Inline PTX for exchange_spin, PACK words a thread: operand PACK + e points at word e of
-    program 0's partials (a row_k or a proj word), program q's copy of it lies 8 BB q bytes on
-    (a program's partials are 2 BB words). It loads all NC PACK words at once and loads them all
-    again while any still holds SLOT_SENTINEL, so that a thread waits one round trip to memory
-    when its partners were first, and on nobody else. Operand e: word e summed over the
-    programs in program order."""
-    count = nc * pack  # word i: element i // nc, program i % nc
+    """Inline PTX for exchange_spin, PACK values a thread: operand PACK + e points at value e's
+    row_k word in program 0's partials; its proj word lies 4 BB bytes on, and program q's copies
+    8 BB q bytes on (a program's partials are 2 BB words). It loads all 2 NC PACK words at once
+    and loads them all again while any still holds SLOT_SENTINEL, so that a thread waits one
+    round trip to memory when its partners were first, and on nobody else. Operand e: value e's
+    row_k (low half) and proj (high half) summed over the programs in program order, as one
+    64-bit word: one output, whose operands Triton numbers plainly."""
+    count = 2 * nc * pack  # word i: value i // (2 nc), part i // nc % 2 (row_k, proj), program i % nc
     sentinel = f"{SLOT_SENTINEL.value:#x}"
     ptx = ["{", ".reg .pred unwritten;", f".reg .b32 w<{count}>;", "again${:uid}:"]
-    ptx += [f"ld.volatile.global.b32 w{i}, [${pack + i // nc}+{8 * bb * (i % nc)}];" for i in range(count)]
+    ptx += [f"ld.volatile.global.b32 w{i}, [${pack + i // (2 * nc)}+{8 * bb * (i % nc) + 4 * bb * (i // nc % 2)}];"
+            for i in range(count)]
     ptx.append(f"setp.eq.b32 unwritten, w0, {sentinel};")
     ptx += [f"setp.eq.or.b32 unwritten, w{i}, {sentinel}, unwritten;" for i in range(1, count)]
     ptx.append("@unwritten bra again${:uid};")
-    ptx += [f"mov.b32 ${i // nc}, w{i};" if i % nc == 0 else f"add.f32 ${i // nc}, ${i // nc}, w{i};"
-            for i in range(count)]
+    # Each part's sum into its program-0 word, then both into the value's output.
+    ptx += [f"add.f32 w{i - i % nc}, w{i - i % nc}, w{i};" for i in range(count) if i % nc]
+    ptx += [f"mov.b64 ${e}, {{w{2 * nc * e}, w{2 * nc * e + nc}}};" for e in range(pack)]
     ptx.append("}")
     return tl.constexpr(" ".join(ptx))
 
 
 @compile_time
 def settled_sums_constraints(pack):
-    """settled_sums_ptx's operands: PACK 32-bit outputs, then PACK 64-bit addresses."""
-    return tl.constexpr(",".join(["=r"] * pack + ["l"] * pack))
+    """settled_sums_ptx's operands: PACK 64-bit outputs, then PACK 64-bit addresses."""
+    return tl.constexpr(",".join(["=l"] * pack + ["l"] * pack))
 
 
 @triton.jit
 def exchange_spin(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: tl.constexpr, SPIN: tl.constexpr):
     """exchange_slots' sums without a reduction across the program while it waits: with SPIN each
-    thread polls the words of its own values (settled_sums_ptx, 8 words an instance: a grouped
-    slice's 4 values a thread, row_k and proj joined, in one) and adds the NC partials in program
+    thread polls the words of its own values (settled_sums_ptx, one value an instance: at 4
+    Triton 3.6 left 3 of the 4 addresses undefined in the PTX) and adds the NC partials in program
     order, the same in every program. cols: the column of each value of row_k and proj (any
     shape: the grouped program's is (G, 4)). Without SPIN (the interpreter, one program) one
     plain load of each word. The barrier after it brings the warps together again, which keeps
@@ -127,11 +130,11 @@ def exchange_spin(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: 
     tl.store(slot + p * PW + cols, row_k)
     tl.store(slot + p * PW + BB + cols, proj)
     if SPIN:
-        PACK: tl.constexpr = 8
-        sums = tl.inline_asm_elementwise(
-            settled_sums_ptx(NC, BB, PACK), settled_sums_constraints(PACK), [tl.join(slot + cols, slot + BB + cols)],
-            dtype=tl.float32, is_pure=False, pack=PACK)
-        row_sum, proj_sum = tl.split(sums)
+        PACK: tl.constexpr = 1
+        both = tl.inline_asm_elementwise(settled_sums_ptx(NC, BB, PACK), settled_sums_constraints(PACK),
+                                         [slot + cols], dtype=tl.int64, is_pure=False, pack=PACK)
+        row_sum = (both & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+        proj_sum = (both >> 32).to(tl.int32).to(tl.float32, bitcast=True)
         tl.debug_barrier()
     else:
         row_sum = tl.load(slot + cols)
@@ -148,6 +151,10 @@ def exchange(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr
     """row_k and proj summed over the NC programs of matrix pid, by CoopKnobs.exchange."""
     if EXCHANGE == "spin":
         return exchange_spin(part_ptr, pid, p, k, row_k, proj, cols, NC, BB, SPIN)
+    elif EXCHANGE == "slots" and len(row_k.shape) == 2:  # the grouped slices' (G, 4): flat for the slots
+        row_k, proj = exchange_slots(part_ptr, pid, p, k, tl.reshape(row_k, (BB,)), tl.reshape(proj, (BB,)),
+                                     tl.arange(0, BB), NC, BB)
+        return tl.reshape(row_k, cols.shape), tl.reshape(proj, cols.shape)
     elif EXCHANGE == "slots":
         return exchange_slots(part_ptr, pid, p, k, row_k, proj, cols, NC, BB)
     else:
@@ -268,7 +275,7 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
     (CoopKnobs.programs, fewer where they would not all be resident) that sum their partials
     per reflector by CoopKnobs.exchange ("counter", "slots" or "spin"). `knobs` (PanelKnobs) gives
     num_warps by the rows one program holds, and unroll. broadcast (CoopKnobs.broadcast) shuffle
-    holds each slice as column groups where panel.shuffle_layout_holds (exchange spin only)."""
+    holds each slice as column groups where panel.shuffle_layout_holds (exchange slots or spin)."""
     batch, n, _ = dst.shape
     L = n - j
     NC = coop_programs_allowed(programs, batch, dst.device)
@@ -277,8 +284,8 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
     if exchange == "spin" and not HAS_CONSTEXPR_FUNCTION:
         raise RuntimeError(f"coop.exchange spin needs triton.constexpr_function (Triton 3.5 or later); "
                            f"this is Triton {triton.__version__}: use exchange slots")
-    if broadcast == "shuffle" and exchange != "spin":
-        raise ValueError(f"coop broadcast shuffle needs exchange spin, got {exchange}")
+    if broadcast == "shuffle" and exchange == "counter":
+        raise ValueError("coop broadcast shuffle needs exchange slots or spin, got counter")
     num_warps = by_rows(knobs.num_warps, BR)
     grouped = broadcast == "shuffle" and shuffle_layout_holds(n, j, bw, BB, BR, num_warps)
     count = scratch("coop_count", (batch,), torch.int32, dst.device)

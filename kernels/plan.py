@@ -269,7 +269,7 @@ class CoopKnobs:
                                                           "thread spins on alone (spin: no barrier while it waits)")
     broadcast: str = knob("sum", OneOf(BROADCASTS), "the cooperative panel's panel.broadcast: sum, or shuffle "
                                                   "(the panel held as column groups of 4, where its rows are "
-                                                  "16-byte aligned; with exchange spin; GPU only)")
+                                                  "16-byte aligned; with exchange slots or spin; GPU only)")
     max_rows: int = knob(1024, IntRange(1), "panels up to this height use the one-program panel")
 
 
@@ -396,9 +396,9 @@ def route_problems(driver: str, sections: dict) -> list:
                     f"precision.apply {precision.apply}; allowed: true with both fp16x3 (the parts are "
                     "fp16x3's)"))
     coop = sections["coop"]
-    if not value_problems(coop) and coop.broadcast == "shuffle" and coop.exchange != "spin":
-        out.append((("coop", "broadcast"), f"got shuffle with coop.exchange {coop.exchange}; allowed: shuffle "
-                    "with exchange spin (the grouped program sums its partials per thread), or sum"))
+    if not value_problems(coop) and coop.broadcast == "shuffle" and coop.exchange == "counter":
+        out.append((("coop", "broadcast"), "got shuffle with coop.exchange counter; allowed: shuffle with "
+                    "exchange slots or spin, or sum"))
     twolevel = sections["twolevel"]
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))

@@ -24,8 +24,8 @@ def gpu_matrices(batch, n, seed=0, cond=2):
 
 @pytest.mark.parametrize("unroll", [0, 4])
 @pytest.mark.parametrize("exchange,broadcast,bw", [
-    ("counter", "sum", 32), ("slots", "sum", 32), ("spin", "sum", 32),
-    ("spin", "shuffle", 32), ("spin", "shuffle", 16)])  # shuffle: coop.broadcast's grouped slices
+    ("counter", "sum", 32), ("slots", "sum", 32), ("spin", "sum", 32), ("slots", "shuffle", 32),
+    ("slots", "shuffle", 16), ("spin", "shuffle", 32), ("spin", "shuffle", 16)])  # shuffle: grouped slices
 @pytest.mark.parametrize("programs", [2, 4, 8])
 def test_cooperative_panel_with_several_programs(programs, exchange, broadcast, bw, unroll):
     n, j = 1536, 0
@@ -105,6 +105,8 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("coop-blockt", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"), coop=SLOTS4),
     # the Gram product split over rows (the champion's huge and giant routes, s13)
+    case("coop-grouped", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"), coop=dict(SLOTS4, broadcast="shuffle")),
     case("coop-spin", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
          coop=dict(SLOTS4, exchange="spin", broadcast="shuffle")),

@@ -46,10 +46,11 @@ def test_kernel_with_one_program_matches_reference(exchange, unroll):
     assert_matches_panel_ref(A, dst, tau, T, V, j, bw)
 
 
+@pytest.mark.parametrize("exchange", ["slots", "spin"])
 @pytest.mark.parametrize("n,j,bw", [(64, 16, 16), (48, 0, 16), (80, 32, 32)])
-def test_grouped_slices_match_reference(n, j, bw):
+def test_grouped_slices_match_reference(n, j, bw, exchange):
     """coop.broadcast shuffle: each slice held as column groups (panel.grouped_sums and
-    grouped_reflect), sums exchanged by spin. The interpreter runs one program and sums instead
+    grouped_reflect), sums exchanged by slots or spin. The interpreter runs one program and sums instead
     of shuffling (test_gpu_kernels.py runs several, shuffling)."""
     assert shuffle_layout_holds(n, j, bw, bw, 64, 4)
     A = special_matrices(n)
@@ -57,17 +58,17 @@ def test_grouped_slices_match_reference(n, j, bw):
     tau = torch.zeros(A.shape[0], n, device=A.device)
     T = torch.zeros(A.shape[0], bw, bw, device=A.device)
     V = torch.zeros(A.shape[0], n, bw, device=A.device)
-    coop_panel(A, dst, tau, T, V, j, bw, programs=4, exchange="spin", broadcast="shuffle",
+    coop_panel(A, dst, tau, T, V, j, bw, programs=4, exchange=exchange, broadcast="shuffle",
                knobs=PanelKnobs(num_warps=4, unroll=4))
     assert_matches_panel_ref(A, dst, tau, T, V, j, bw)
     torch.testing.assert_close(dst[:, :, :j], A[:, :, :j])  # columns left of the panel untouched
 
 
-def test_grouped_slices_need_the_spin_exchange():
+def test_grouped_slices_need_slots_or_spin():
     A = special_matrices(64)
-    with pytest.raises(ValueError, match="needs exchange spin"):
+    with pytest.raises(ValueError, match="needs exchange slots or spin"):
         coop_panel(A, A.clone(), torch.zeros(A.shape[0], 64), torch.zeros(A.shape[0], 16, 16),
-                   torch.zeros(A.shape[0], 64, 16), 16, 16, programs=4, exchange="slots", broadcast="shuffle",
+                   torch.zeros(A.shape[0], 64, 16), 16, 16, programs=4, exchange="counter", broadcast="shuffle",
                    knobs=PanelKnobs(num_warps=4, unroll=4))
 
 

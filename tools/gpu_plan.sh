@@ -4,13 +4,14 @@
 #   bash tools/gpu_plan.sh check      # each experiment benched on the cases it touches (with geqrf and
 #                                     # concurrent unless BASELINES=), its GPU twins, and Nsight Compute
 #                                     # on the first experiment at 640x512 (~8 min)
+#   bash tools/gpu_plan.sh coop       # the cooperative panel's experiments: twins, bench at n >= 2048 (~5 min)
 #   bash tools/gpu_plan.sh twins      # the general list of GPU twins (~5 min)
 #   bash tools/gpu_plan.sh ncu V CASE  # Nsight Compute's counters for the first panel and strip
 #                                      # launches of variant V on benchmark case CASE (~2 min)
 #   bash tools/gpu_plan.sh means      # the harness's own means (benchmark mode), champion vs champion-capture, one case a route (~5 min)
 #   bash tools/gpu_plan.sh decide     # the first calls' wall times (tools/call_phases.py), then means (~9 min cold)
 #   bash tools/gpu_plan.sh seeds V [SEL]  # variant V over the 22 test cases (or SEL's), seeds unset and 1-5,
-#                                         # then its profile (~8 min for all 22)
+#                                         # then (all 22 only) its profile (~8 min)
 #   bash tools/gpu_plan.sh profile V  # qrsub profile of variant V, every benchmark case (~2 min)
 #   bash tools/gpu_plan.sh ranked V SEL  # the service's ranked run (test, benchmark, leaderboard stages)
 #                                        # of variant V on cases SEL, e.g. 0-5 then 6-11 (~5 min each)
@@ -19,11 +20,11 @@
 # offline install does.
 set -u
 case "${1:-}" in
-check|twins|means|decide) ;;
+check|coop|twins|means|decide) ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
 ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
 ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
-*) sed -n '2,19p' "$0"; exit 2 ;;
+*) sed -n '2,20p' "$0"; exit 2 ;;
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
@@ -43,12 +44,12 @@ PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
 # champion's own code, so its ratio there is 1): at 640x512 V stored as its fp16x3 parts, packed
 # in 32-bit words (NaN on the H200 in the thirteenth session, before the packing);
-# at 8x2048 and 2x4096 the cooperative panel's exchange spun per thread, alone and with grouped
-# slices (champion-shortregs, within noise three times, and champion-nogramcols, one knob fewer
+# at 8x2048 and 2x4096 the cooperative panel's slices grouped (slot exchange), its exchange spun
+# per thread, and both (champion-shortregs, within noise three times, and champion-nogramcols, one knob fewer
 # at no measured gain, wait for a session with device time to spare); on every route
 # but huge and giant, panels in fewer warps (128 values a thread: no barriers at 1 warp).
 AT_512="variants/champion-vparts.yaml"
-AT_1024_UP="variants/champion-spin.yaml variants/champion-coopspin.yaml"
+AT_1024_UP="variants/champion-coopgrouped.yaml variants/champion-spin.yaml variants/champion-coopspin.yaml"
 EVERYWHERE="variants/champion-warp1.yaml"
 EXPERIMENTS="$AT_512 $AT_1024_UP $EVERYWHERE"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
@@ -72,10 +73,19 @@ check)
     bench coop 5,6 60 $AT_1024_UP
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "v_parts_give or shuffle or (several_programs and spin) or coop-spin" \
+        -k "(several_programs and (spin or shuffle)) or coop-grouped or coop-spin" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     # Where the first experiment's 640x512 time goes (about 15 s): `bash $0 ncu` below.
     bash "$0" ncu ${EXPERIMENTS%% *} 3 > /dev/null 2>&1 && echo "ncu of ${EXPERIMENTS%% *}: in $OUT"
+    ;;
+coop)
+    # The cooperative panel's experiments alone: their GPU twins first (a hang ends at the
+    # timeout), then their bench on 8x2048 and 2x4096.
+    timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
+        -k "(several_programs and (spin or shuffle)) or coop-grouped or coop-spin" \
+        2>&1 | tee "$OUT/gpu-tests-coop.txt" | tail -5
+    timeout 200 python3 -m qrsub bench variants/champion.yaml $AT_1024_UP --cases 5,6 --budget 60 \
+        --target 0.003 --json "$OUT/bench-coop.json" 2>&1 | tee "$OUT/bench-coop.txt" | tail -25
     ;;
 twins)
     # The general GPU list (it did not finish in 150 s beside check's bench, s11).
@@ -128,6 +138,7 @@ seeds)
         python3 -m qrsub test --local "$2" ${3:+--cases "$3"} ${seed:+--seed "$seed"} --timeout 90 \
             --json "$OUT/seeds-$(basename "$2" .yaml)-${seed:-unset}.json" 2>&1 | tail -3
     done
+    [ -n "${3:-}" ] && exit 0  # selected cases: no profile
     timeout 150 python3 -m qrsub profile "$2" --json "$OUT/profile-$(basename "$2" .yaml).json" \
         2>&1 | tee "$OUT/profile.txt" | tail -80
     ;;
