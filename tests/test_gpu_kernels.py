@@ -72,7 +72,7 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     # 64-column split panels and the fused pass at BB 64 (1.82x slower at 640x512, s13)
     case("w64", "blocked", 520, panel=dict(SHUFFLE32, width=64, split=2, num_warps=((256, 4), (None, 8))),
          strip=dict(bm=16, bn=64, num_warps=8, fuse_next=True)),
-    # V stored as its fp16x3 parts (strip.v_parts: champion-vparts)
+    # V stored as its fp16x3 parts (strip.v_parts)
     case("vparts", "blocked", 520, panel=SHUFFLE32, strip=dict(FUSED, v_parts=True)),
     case("w64-vparts", "blocked", 520, panel=dict(SHUFFLE32, width=64, split=2, num_warps=((256, 4), (None, 8))),
          strip=dict(bm=16, bn=64, num_warps=8, fuse_next=True, v_parts=True)),
@@ -331,7 +331,7 @@ def test_programmatic_dependent_launch_changes_no_bit(driver, batch, n, knobs, g
 
 
 @pytest.mark.parametrize("n,width,warps", [(512, 32, 4), (1024, 16, 8), (176, 16, 4), (32, 32, 2), (64, 16, 4),
-                                           # champion-warp1's panels: 128 values a thread
+                                           # panels of 128 values a thread (fewer warps)
                                            (32, 32, 1), (176, 16, 1), (128, 32, 1), (1024, 16, 4)])
 def test_grouped_panel_shuffle_on_gpu(n, width, warps):
     """PanelKnobs.broadcast shuffle: the indexed shuffle assumes the layout Triton gives the

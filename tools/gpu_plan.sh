@@ -42,15 +42,14 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1): at 640x512 V stored as its fp16x3 parts, packed
-# in 32-bit words (NaN on the H200 in the thirteenth session, before the packing);
-# at 8x2048 and 2x4096 the cooperative panel's slices grouped (slot exchange), its exchange spun
-# per thread, and both (champion-shortregs, within noise three times, and champion-nogramcols, one knob fewer
-# at no measured gain, wait for a session with device time to spare); on every route
-# but huge and giant, panels in fewer warps (128 values a thread: no barriers at 1 warp).
-AT_512="variants/champion-vparts.yaml"
+# champion's own code, so its ratio there is 1): at 640x512 the mid route's short panels in one
+# warp (0.9908 in the fourteenth session, its seeds run next), at 8x2048 and 2x4096 the
+# cooperative panel's slices grouped (slot exchange), its exchange spun per thread, and both
+# (champion-shortregs, within noise three times, and champion-nogramcols, one knob fewer at no
+# measured gain, wait for a session with device time to spare).
+AT_512="variants/champion-midwarp1.yaml"
 AT_1024_UP="variants/champion-coopgrouped.yaml variants/champion-spin.yaml variants/champion-coopspin.yaml"
-EVERYWHERE="variants/champion-warp1.yaml"
+EVERYWHERE=""
 EXPERIMENTS="$AT_512 $AT_1024_UP $EVERYWHERE"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
@@ -69,8 +68,7 @@ check)
             | tee "$OUT/bench-$name.txt" | tail -30
     }
     bench 512 n=512 90 $AT_512 $EVERYWHERE
-    bench others 0-2,4,8,11 60 $EVERYWHERE
-    bench coop 5,6 60 $AT_1024_UP
+    bench coop 5,6 60 $AT_1024_UP $EVERYWHERE
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
         -k "(several_programs and (spin or shuffle)) or coop-grouped or coop-spin" \
@@ -100,6 +98,7 @@ ncu)
         -k "regex:panel_kernel|strip_kernel|rank_update_kernel" --launch-count 6 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
         --section WarpStateStats --section LaunchStats --section SchedulerStats \
+        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
         python3 tools/ncu_case.py "$2" --case "$3" 2>&1 | tee "$OUT/ncu-$(basename "$2" .yaml)-$3.txt" | tail -150
     ;;
 means|decide)
