@@ -9,10 +9,10 @@ partials and applies the reflector to its own rows.
 The exchange (CoopKnobs.exchange) is an atomic counter per matrix as the
 barrier, or a slot per reflector whose words start as a sentinel and are
 polled until all are written: by the whole program (slots), whose loop test is
-a reduction across its warps, or by each thread alone for its own words (spin). Either way the programs wait on each other, so
-all NC programs of a matrix must be resident at once (batch * NC well under the
-SM count) and the interpreter, which runs programs one after another, can only
-run NC = 1.
+a reduction across its warps, or by each thread alone for its own words (spin).
+Either way the programs wait on each other, so all NC programs of a matrix must
+be resident at once (batch * NC well under the SM count) and the interpreter,
+which runs programs one after another, can only run NC = 1.
 """
 import torch
 import triton
@@ -151,12 +151,10 @@ def exchange(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr
     """row_k and proj summed over the NC programs of matrix pid, by CoopKnobs.exchange."""
     if EXCHANGE == "spin":
         return exchange_spin(part_ptr, pid, p, k, row_k, proj, cols, NC, BB, SPIN)
-    elif EXCHANGE == "slots" and len(row_k.shape) == 2:  # the grouped slices' (G, 4): flat for the slots
+    elif EXCHANGE == "slots":  # flat (BB,) for the slots: the grouped slices hold (G, 4)
         row_k, proj = exchange_slots(part_ptr, pid, p, k, tl.reshape(row_k, (BB,)), tl.reshape(proj, (BB,)),
                                      tl.arange(0, BB), NC, BB)
         return tl.reshape(row_k, cols.shape), tl.reshape(proj, cols.shape)
-    elif EXCHANGE == "slots":
-        return exchange_slots(part_ptr, pid, p, k, row_k, proj, cols, NC, BB)
     else:
         return exchange_counter(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC, BB)
 
@@ -209,8 +207,8 @@ def coop_panel_kernel(
 
     Arguments as householder_panel_kernel's, plus the exchange's buffers. EXCHANGE
     (CoopKnobs.exchange) slots or spin: part_ptr is batch x BB x NC x 2*BB fp32 (a slot per
-    reflector, every word SLOT_SENTINEL at launch) and count_ptr is unused; SPIN: spin_load's
-    loop runs (false in the interpreter). counter: part_ptr is batch x 2 x NC x 2*BB fp32 (row_k
+    reflector, every word SLOT_SENTINEL at launch) and count_ptr is unused; SPIN: spin's PTX
+    loop runs (settled_sums_ptx; false in the interpreter). counter: part_ptr is batch x 2 x NC x 2*BB fp32 (row_k
     then proj, two alternating slots) and count_ptr batch int32 counters, zero at launch. UNROLL
     as householder_panel_kernel's (the exchange slots are indexed by k, so the extra zero columns
     of a narrow panel use slots that exist: there are BB of them). GROUPED (CoopKnobs.broadcast

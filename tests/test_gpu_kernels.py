@@ -104,12 +104,13 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
          coop=SLOTS4),
     case("coop-blockt", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"), coop=SLOTS4),
-    # the Gram product split over rows (the champion's huge and giant routes, s13)
+    # the cooperative slices held as column groups (the champion's huge and giant routes, s14), spun exchange
     case("coop-grouped", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"), coop=dict(SLOTS4, broadcast="shuffle")),
     case("coop-spin", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
          coop=dict(SLOTS4, exchange="spin", broadcast="shuffle")),
+    # the Gram product split over rows (the champion's huge and giant routes, s13)
     case("gramsplit", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256),
          coop=SLOTS4),

@@ -50,8 +50,8 @@ def test_kernel_with_one_program_matches_reference(exchange, unroll):
 @pytest.mark.parametrize("n,j,bw", [(64, 16, 16), (48, 0, 16), (80, 32, 32)])
 def test_grouped_slices_match_reference(n, j, bw, exchange):
     """coop.broadcast shuffle: each slice held as column groups (panel.grouped_sums and
-    grouped_reflect), sums exchanged by slots or spin. The interpreter runs one program and sums instead
-    of shuffling (test_gpu_kernels.py runs several, shuffling)."""
+    grouped_reflect), sums exchanged by slots or spin. The interpreter runs one program and sums
+    instead of shuffling (test_gpu_kernels.py runs several, shuffling)."""
     assert shuffle_layout_holds(n, j, bw, bw, 64, 4)
     A = special_matrices(n)
     dst = A.clone()
