@@ -88,53 +88,65 @@ compile_time = triton.constexpr_function if HAS_CONSTEXPR_FUNCTION else (lambda 
 
 @compile_time
 def settled_sums_ptx(nc, bb, pack):
-    """Inline PTX for exchange_spin, PACK values a thread: operand PACK + e points at value e's
-    row_k word in program 0's partials; its proj word lies 4 BB bytes on, and program q's copies
-    8 BB q bytes on (a program's partials are 2 BB words). It loads all 2 NC PACK words at once
-    and loads them all again while any still holds SLOT_SENTINEL, so that a thread waits one
-    round trip to memory when its partners were first, and on nobody else. Operand e: value e's
-    row_k (low half) and proj (high half) summed over the programs in program order, as one
-    64-bit word: one output, whose operands Triton numbers plainly."""
+    """Inline PTX for exchange_spin, PACK values a thread, every operand 32 bits (Triton 3.6 left
+    three of four packed 64-bit pointer operands undefined; packed 32-bit operands it numbers
+    plainly: each operand's PACK values in turn). Outputs: $e value e's row_k, $(PACK + e) its
+    proj, each summed over the programs in program order. Inputs: $(2 PACK + e) the byte offset
+    of value e's row_k word in program 0's partials; $(3 PACK) and $(4 PACK) the low and high
+    halves of the slot's address (the same in every copy); a fourth input the PTX never reads
+    (exchange_spin says why). A value's proj word lies 4 BB bytes after its row_k word, and
+    program q's copies 8 BB q bytes after program 0's. The loop loads all 2 NC PACK words at once
+    and loads them all again while any still holds SLOT_SENTINEL, so that a thread waits one round
+    trip to memory when its partners were first, and on nobody else."""
     count = 2 * nc * pack  # word i: value i // (2 nc), part i // nc % 2 (row_k, proj), program i % nc
     sentinel = f"{SLOT_SENTINEL.value:#x}"
-    ptx = ["{", ".reg .pred unwritten;", f".reg .b32 w<{count}>;", "again${:uid}:"]
-    ptx += [f"ld.volatile.global.b32 w{i}, [${pack + i // (2 * nc)}+{8 * bb * (i % nc) + 4 * bb * (i // nc % 2)}];"
+    ptx = ["{", ".reg .pred unwritten;", f".reg .b32 w<{count}>;", f".reg .b64 base, at<{pack}>;",
+           f"mov.b64 base, {{${3 * pack}, ${4 * pack}}};"]
+    ptx += [f"cvt.u64.u32 at{e}, ${2 * pack + e}; add.s64 at{e}, at{e}, base;" for e in range(pack)]
+    ptx.append("again${:uid}:")
+    ptx += [f"ld.volatile.global.b32 w{i}, [at{i // (2 * nc)}+{8 * bb * (i % nc) + 4 * bb * (i // nc % 2)}];"
             for i in range(count)]
     ptx.append(f"setp.eq.b32 unwritten, w0, {sentinel};")
     ptx += [f"setp.eq.or.b32 unwritten, w{i}, {sentinel}, unwritten;" for i in range(1, count)]
     ptx.append("@unwritten bra again${:uid};")
-    # Each part's sum into its program-0 word, then both into the value's output.
+    # Each part's sum into its program-0 word, then out.
     ptx += [f"add.f32 w{i - i % nc}, w{i - i % nc}, w{i};" for i in range(count) if i % nc]
-    ptx += [f"mov.b64 ${e}, {{w{2 * nc * e}, w{2 * nc * e + nc}}};" for e in range(pack)]
+    ptx += [f"mov.b32 ${e}, w{2 * nc * e}; mov.b32 ${pack + e}, w{2 * nc * e + nc};" for e in range(pack)]
     ptx.append("}")
     return tl.constexpr(" ".join(ptx))
 
 
 @compile_time
 def settled_sums_constraints(pack):
-    """settled_sums_ptx's operands: PACK 64-bit outputs, then PACK 64-bit addresses."""
-    return tl.constexpr(",".join(["=l"] * pack + ["l"] * pack))
+    """settled_sums_ptx's operands: two 32-bit outputs, then four 32-bit inputs (each PACK wide)."""
+    return tl.constexpr(",".join(["=r"] * (2 * pack) + ["r"] * (4 * pack)))
 
 
 @triton.jit
 def exchange_spin(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: tl.constexpr, SPIN: tl.constexpr):
-    """exchange_slots' sums without a reduction across the program while it waits: with SPIN each
-    thread polls the words of its own values (settled_sums_ptx, one value an instance: at 4
-    Triton 3.6 left 3 of the 4 addresses undefined in the PTX) and adds the NC partials in program
-    order, the same in every program. cols: the column of each value of row_k and proj (any
-    shape: the grouped program's is (G, 4)). Without SPIN (the interpreter, one program) one
-    plain load of each word. The barrier after it brings the warps together again, which keeps
-    ptxas from guarding the shuffles that follow against diverged warps."""
+    """exchange_slots' sums without a reduction across the program while it waits: each thread
+    polls the words of its own values, SPIN of them at once (settled_sums_ptx), and adds the NC
+    partials in program order, the same in every program. cols: the column of each value of row_k
+    and proj (any shape: the grouped program's is (G, 4)); SPIN must divide the values a thread
+    holds. SPIN 0 (the interpreter, one program): one plain load of each word. The barrier
+    after it brings the warps together again, which keeps ptxas from guarding the shuffles that
+    follow against diverged warps.
+
+    The loop also takes this program's row_k, which it never reads: with inputs made only of
+    constants and the slot's address, Triton 3.6 rebuilt the whole loop in each layout its
+    results are used in (4 loops a reflector, one round trip each, one after another: ptxas, 1,024
+    x 16 grouped, 8 warps); an input that already has one layout pins the loop to it, and the
+    results are converted instead."""
     PW: tl.constexpr = 2 * BB
     slot = slot_ptr + (pid * BB + k) * NC * PW
     tl.store(slot + p * PW + cols, row_k)
     tl.store(slot + p * PW + BB + cols, proj)
-    if SPIN:
-        PACK: tl.constexpr = 1
-        both = tl.inline_asm_elementwise(settled_sums_ptx(NC, BB, PACK), settled_sums_constraints(PACK),
-                                         [slot + cols], dtype=tl.int64, is_pure=False, pack=PACK)
-        row_sum = (both & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-        proj_sum = (both >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    if SPIN > 0:
+        address = tl.full(cols.shape, 0, tl.int64) + tl.cast(slot, tl.int64)
+        row_sum, proj_sum = tl.inline_asm_elementwise(
+            settled_sums_ptx(NC, BB, SPIN), settled_sums_constraints(SPIN),
+            [cols * 4, address.to(tl.int32), (address >> 32).to(tl.int32), row_k.to(tl.int32, bitcast=True)],
+            dtype=(tl.float32, tl.float32), is_pure=False, pack=SPIN)
         tl.debug_barrier()
     else:
         row_sum = tl.load(slot + cols)
@@ -207,8 +219,8 @@ def coop_panel_kernel(
 
     Arguments as householder_panel_kernel's, plus the exchange's buffers. EXCHANGE
     (CoopKnobs.exchange) slots or spin: part_ptr is batch x BB x NC x 2*BB fp32 (a slot per
-    reflector, every word SLOT_SENTINEL at launch) and count_ptr is unused; SPIN: spin's PTX
-    loop runs (settled_sums_ptx; false in the interpreter). counter: part_ptr is batch x 2 x NC x 2*BB fp32 (row_k
+    reflector, every word SLOT_SENTINEL at launch) and count_ptr is unused; SPIN: the values a
+    thread polls at once in spin's PTX loop (settled_sums_ptx; 0 in the interpreter). counter: part_ptr is batch x 2 x NC x 2*BB fp32 (row_k
     then proj, two alternating slots) and count_ptr batch int32 counters, zero at launch. UNROLL
     as householder_panel_kernel's (the exchange slots are indexed by k, so the extra zero columns
     of a narrow panel use slots that exist: there are BB of them). GROUPED (CoopKnobs.broadcast
@@ -259,6 +271,14 @@ def resident_programs(programs: int, batch: int, sms: int) -> int:
     return programs
 
 
+def spin_width() -> int:
+    """exchange_spin's values a thread polls at once: 4, what every layout of the cooperative
+    slices gives a thread (summing or grouped, 16 or 32 columns, 1 to 8 warps: the CPU tests
+    compile them for sm_90 and count one poll a reflector). Triton passes a thread holding fewer
+    undefined operands, silently. 0 in the interpreter, which cannot run inline assembly."""
+    return 0 if interpreted() else 4
+
+
 def coop_programs_allowed(programs: int, batch: int, device) -> int:
     """The program count actually used: resident_programs on a GPU; one in the interpreter,
     which runs programs one after another."""
@@ -298,6 +318,6 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
         n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
         j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, EXCHANGE=exchange, UNROLL=knobs.unroll,
-        GROUPED=grouped, SHUFFLE=grouped and not interpreted(), SPIN=not interpreted(),
+        GROUPED=grouped, SHUFFLE=grouped and not interpreted(), SPIN=spin_width(),
         num_warps=num_warps, **pdl_launch(),
     )

@@ -2,11 +2,16 @@
 kernel itself through the interpreter with one program (programs spin on each other,
 which the interpreter, running them one after another, cannot do; test_gpu_kernels.py
 runs 2, 4 and 8 programs on a GPU)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from kernel_helpers import special_matrices
 
-from qrsub.kernels.coop import coop_panel, resident_programs
+from qrsub.kernels.coop import coop_panel, resident_programs, spin_width
 from qrsub.kernels.naive import coop_panel_ref, panel_ref
 from qrsub.kernels.panel import shuffle_layout_holds
 from qrsub.kernels.plan import PanelKnobs
@@ -70,6 +75,34 @@ def test_grouped_slices_need_slots_or_spin():
         coop_panel(A, A.clone(), torch.zeros(A.shape[0], 64), torch.zeros(A.shape[0], 16, 16),
                    torch.zeros(A.shape[0], 64, 16), 16, 16, programs=4, exchange="counter", broadcast="shuffle",
                    knobs=PanelKnobs(num_warps=4, unroll=4))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+UNROLL = 4
+
+
+@pytest.mark.parametrize("programs,rows,width,warps,grouped,full", [
+    (4, 1024, 16, 8, True, True), (4, 512, 16, 4, True, True), (2, 1024, 16, 8, True, True),  # giant, huge
+    (8, 256, 32, 4, True, True), (2, 1024, 32, 4, False, True), (4, 512, 16, 4, False, False),  # GPU twins
+    (2, 64, 16, 1, True, True)])
+def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, width, warps, grouped, full,
+                                                                monkeypatch):
+    """coop.exchange spin: the PTX loop (settled_sums_ptx) takes spin_width values a thread. The
+    interpreter cannot run it, so this compiles the cooperative panel for sm_90 (tools/sass_loop.py,
+    Triton's compiler, no GPU) and reads the PTX: one poll loop a reflector (UNROLL of them in
+    each of the kernel's two loops, program 0's and the others'), loading every program's row_k and
+    proj words of the thread's values, and no operand that nothing writes (Triton passes those
+    where a thread holds fewer values than it packs). Without the unread row_k operand Triton
+    built 4 loops a reflector, and a 64-bit pointer operand packed 4 came out undefined."""
+    monkeypatch.setattr("qrsub.kernels.coop.interpreted", lambda: False)
+    pack = spin_width()
+    consts = dict(NC=programs, BR=rows, BB=width, WRITE_T=True, FULL=full, EXCHANGE="spin", UNROLL=UNROLL,
+                  GROUPED=grouped, SHUFFLE=grouped, SPIN=pack, PDL=False)
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_loop.py"), "--asm-loops", "--warps", str(warps),
+                          "--kernel", "coop.coop_panel_kernel", *(f"--const={k}={v}" for k, v in consts.items())],
+                         capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
+    loops = [line for line in run.stdout.splitlines() if line.startswith("asm loop:")]
+    assert loops == [f"asm loop: {2 * programs * pack} loads; undefined operands: none"] * (2 * UNROLL)
 
 
 @pytest.mark.parametrize("programs,batch,sms,used", [

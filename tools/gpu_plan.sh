@@ -44,9 +44,10 @@ PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
 # champion's own code, so its ratio there is 1): at 640x512 the mid panel capped at 168
 # registers on panels of at most 256 rows (within noise three times); at 8x2048 and 2x4096 the
+# cooperative panels exchanging by spin (one poll loop a reflector, fifteenth session) and the
 # Gram split without its 64-column programs (one knob fewer, if no slower).
 AT_512="variants/champion-shortregs.yaml"
-AT_1024_UP="variants/champion-nogramcols.yaml"
+AT_1024_UP="variants/champion-coopspin.yaml variants/champion-nogramcols.yaml"
 EVERYWHERE=""
 EXPERIMENTS="$AT_512 $AT_1024_UP $EVERYWHERE"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
@@ -69,7 +70,7 @@ check)
     bench coop 5,6 60 $AT_1024_UP $EVERYWHERE
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "shortregs or gramsplit or gram_kernel or coop-grouped or coop-spin" \
+        -k "shortregs or gramsplit or gram_kernel or coop-grouped or coop-spin or (several_programs and spin)" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     # Where the first experiment's 640x512 time goes (about 15 s): `bash $0 ncu` below.
     bash "$0" ncu ${EXPERIMENTS%% *} 3 > /dev/null 2>&1 && echo "ncu of ${EXPERIMENTS%% *}: in $OUT"

@@ -133,6 +133,28 @@ def load_layouts(ttgir: str) -> list:
     return [layouts.get(name, name) for name in re.findall(r"tt\.load .*?#(\w+)>", ttgir)]
 
 
+def inline_asm_blocks(ptx: str) -> list:
+    """(text, operand registers never written outside inline assembly) of each inline assembly
+    block in the PTX. Triton packs PACK values a thread into one block; where a thread holds
+    fewer, it passes registers nothing writes (Triton 3.6: no error, garbage operands)."""
+    outside = re.sub(r"// begin inline asm\n.*?// end inline asm", "", ptx, flags=re.S)
+    # A destination: the operand (or {braced} operands) right after an instruction's opcode.
+    written = {reg for dest in re.findall(r"^\s*@?!?%?\w*\s*[a-z][\w.]*\s+(\{[^}]*\}|%\w+)\s*,", outside, re.M)
+               for reg in re.findall(r"%\w+", dest)}
+    blocks = []
+    for text in re.findall(r"// begin inline asm\n(.*?)// end inline asm", ptx, re.S):
+        # Registers a block only writes are its outputs; those it reads must come from outside.
+        read = set(re.findall(r"%r\d+|%rd\d+|%f\d+", text)) - written - block_outputs(text)
+        blocks.append((text, sorted(read)))
+    return blocks
+
+
+def block_outputs(text: str) -> set:
+    """The registers an inline assembly block writes: the first operand of its instructions."""
+    return {reg for dest in re.findall(r"(?:^|[;{])\s*[a-z][\w.]*\s+(\{[^}]*\}|%\w+)\s*,", text, re.M)
+            for reg in re.findall(r"%\w+", dest)}
+
+
 def constant(text: str):
     """NAME=VALUE: VALUE as a Python literal (32, True) or else a string (fp16x3)."""
     name, _, value = text.partition("=")
@@ -162,6 +184,9 @@ def main():
     parser.add_argument("--ops", type=int, default=8, help="how many of a loop's most common opcodes to print")
     parser.add_argument("--load-layouts", action="store_true",
                         help="print each load's register layout (Triton's TTGIR) instead of the SASS counts")
+    parser.add_argument("--asm-loops", action="store_true",
+                        help="print each inline assembly block that loops (coop.settled_sums_ptx), with any operand "
+                             "nothing writes, instead of the SASS counts")
     args = parser.parse_args()
     if args.kernel:
         module, _, name = args.kernel.partition(".")
@@ -173,6 +198,11 @@ def main():
     if args.load_layouts:
         for layout in load_layouts(kernel.asm["ttgir"]):
             print(f"load: {layout}")
+        return
+    if args.asm_loops:
+        for text, undefined in inline_asm_blocks(kernel.asm["ptx"]):
+            if "again" in text:
+                print(f"asm loop: {text.count('ld.')} loads; undefined operands: {' '.join(undefined) or 'none'}")
         return
     cubin = kernel.asm["cubin"]
     print(f"triton {triton.__version__}: "
