@@ -3,7 +3,7 @@
 # well inside a 10-minute call. Run from the repository root on the GPU machine:
 #   bash tools/gpu_plan.sh check      # each experiment benched on the cases it touches (with geqrf and
 #                                     # concurrent unless BASELINES=), its GPU twins, and Nsight Compute
-#                                     # on the first experiment at 640x512 (~8 min)
+#                                     # on the champion at 640x512 (~8 min)
 #   bash tools/gpu_plan.sh coop       # the cooperative panel's experiments: twins, bench at n >= 2048 (~5 min)
 #   bash tools/gpu_plan.sh twins      # the general list of GPU twins (~5 min)
 #   bash tools/gpu_plan.sh ncu V CASE  # Nsight Compute's counters for the first panel and strip
@@ -42,14 +42,13 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1): at 640x512 the mid panel capped at 168
-# registers on panels of at most 256 rows (within noise three times); at 8x2048 and 2x4096 the
-# cooperative panels exchanging by spin (one poll loop a reflector, fifteenth session) and the
-# Gram split without its 64-column programs (one knob fewer, if no slower).
-AT_512="variants/champion-shortregs.yaml"
-AT_1024_UP="variants/champion-coopspin.yaml variants/champion-nogramcols.yaml"
-EVERYWHERE=""
-EXPERIMENTS="$AT_512 $AT_1024_UP $EVERYWHERE"
+# champion's own code, so its ratio there is 1): at 60x1024 the tall panels on two programs a
+# matrix exchanging by spin; at 8x2048 and 2x4096 the cooperative panels exchanging by spin (one
+# poll loop a reflector, fifteenth session) and the Gram split without its 64-column programs
+# (one knob fewer, if no slower). (champion-shortregs, within noise three times, is out.)
+AT_512=""
+AT_1024="variants/champion-largecoop.yaml"
+AT_2048_UP="variants/champion-coopspin.yaml variants/champion-nogramcols.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
@@ -59,21 +58,23 @@ BASELINES=${BASELINES-"variants/geqrf.yaml variants/champion-concurrent.yaml"}
 case "${1:-}" in
 check)
     # Two benches, each of the experiments that touch its cases (--budget shared by the cases).
-    bench() {  # NAME CASES BUDGET CANDIDATES...
+    bench() {  # NAME CASES BUDGET CANDIDATES... (none: nothing to run)
         local name=$1 cases=$2 budget=$3
         shift 3
+        [ $# -gt 0 ] || return 0
         timeout $((budget + 120)) python3 -m qrsub bench variants/champion.yaml $PREVIOUS "$@" $BASELINES \
             --cases "$cases" --budget "$budget" --target 0.003 --json "$OUT/bench-$name.json" 2>&1 \
             | tee "$OUT/bench-$name.txt" | tail -30
     }
-    bench 512 n=512 90 $AT_512 $EVERYWHERE
-    bench coop 5,6 60 $AT_1024_UP $EVERYWHERE
+    bench 512 n=512 90 $AT_512
+    bench large 4,8,11 60 $AT_1024
+    bench coop 5,6 70 $AT_2048_UP
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "shortregs or gramsplit or gram_kernel or coop-grouped or coop-spin or (several_programs and spin)" \
+        -k "coop-grouped or coop-spin or (several_programs and spin)" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
-    # Where the first experiment's 640x512 time goes (about 15 s): `bash $0 ncu` below.
-    bash "$0" ncu ${EXPERIMENTS%% *} 3 > /dev/null 2>&1 && echo "ncu of ${EXPERIMENTS%% *}: in $OUT"
+    # Where the champion's 640x512 time goes, with the stall reasons (about 15 s): `bash $0 ncu` below.
+    bash "$0" ncu variants/champion.yaml 3 > /dev/null 2>&1 && echo "ncu of the champion: in $OUT"
     ;;
 coop)
     # The cooperative panel's GPU twins first (a hang ends at the timeout), then the bench of
@@ -81,7 +82,7 @@ coop)
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
         -k "(several_programs and (spin or shuffle)) or coop-grouped or coop-spin" \
         2>&1 | tee "$OUT/gpu-tests-coop.txt" | tail -5
-    timeout 200 python3 -m qrsub bench variants/champion.yaml $AT_1024_UP --cases 5,6 --budget 60 \
+    timeout 200 python3 -m qrsub bench variants/champion.yaml $AT_2048_UP --cases 5,6 --budget 60 \
         --target 0.003 --json "$OUT/bench-coop.json" 2>&1 | tee "$OUT/bench-coop.txt" | tail -25
     ;;
 twins)
