@@ -43,11 +43,11 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
 # champion's own code, so its ratio there is 1): at 60x1024 the tall panels on two programs a
-# matrix exchanging by spin; at 8x2048 and 2x4096 the cooperative panels exchanging by spin (one
+# matrix exchanging by spin, or on 16 warps; at 8x2048 and 2x4096 the cooperative panels exchanging by spin (one
 # poll loop a reflector, fifteenth session) and the Gram split without its 64-column programs
 # (one knob fewer, if no slower). (champion-shortregs, within noise three times, is out.)
 AT_512=""
-AT_1024="variants/champion-largecoop.yaml"
+AT_1024="variants/champion-largecoop.yaml variants/champion-large16w.yaml"
 AT_2048_UP="variants/champion-coopspin.yaml variants/champion-nogramcols.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
