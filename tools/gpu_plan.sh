@@ -42,10 +42,12 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1): at 60x1024 the tall panels on two programs a
-# matrix exchanging by spin, or on 16 warps; at 8x2048 and 2x4096 the cooperative panels exchanging by spin (one
-# poll loop a reflector, fifteenth session) and the Gram split without its 64-column programs
-# (one knob fewer, if no slower). (champion-shortregs, within noise three times, is out.)
+# champion's own code, so its ratio there is 1): at 20x32, 40x176 and 40x352 the panels on
+# twice the warps; at 60x1024 the tall panels on two programs a matrix exchanging by spin, or
+# on 16 warps; at 8x2048 and 2x4096 the cooperative panels exchanging by spin (one poll loop a
+# reflector, fifteenth session) and the Gram split without its 64-column programs (one knob
+# fewer, if no slower). (champion-shortregs, within noise three times, is out.)
+AT_SMALL="variants/champion-morewarps.yaml"
 AT_512=""
 AT_1024="variants/champion-largecoop.yaml variants/champion-large16w.yaml"
 AT_2048_UP="variants/champion-coopspin.yaml variants/champion-nogramcols.yaml"
@@ -57,7 +59,7 @@ BASELINES=${BASELINES-"variants/geqrf.yaml variants/champion-concurrent.yaml"}
 
 case "${1:-}" in
 check)
-    # Two benches, each of the experiments that touch its cases (--budget shared by the cases).
+    # A bench for each group of cases, of the experiments that touch them (--budget shared by the cases).
     bench() {  # NAME CASES BUDGET CANDIDATES... (none: nothing to run)
         local name=$1 cases=$2 budget=$3
         shift 3
@@ -66,6 +68,7 @@ check)
             --cases "$cases" --budget "$budget" --target 0.003 --json "$OUT/bench-$name.json" 2>&1 \
             | tee "$OUT/bench-$name.txt" | tail -30
     }
+    bench small 0,1,2 40 $AT_SMALL
     bench 512 n=512 90 $AT_512
     bench large 4,8,11 60 $AT_1024
     bench coop 5,6 70 $AT_2048_UP
