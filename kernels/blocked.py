@@ -27,6 +27,7 @@ from .precision import rounded_tf32
 from .scratch import scratch, scratch_scope
 from .strip import fused_strip, rank_update, trailing_strip
 from .tproduct import t_product
+from .tsqr import tsqr_panel
 from .wy import block_t, wy_merge
 
 
@@ -300,12 +301,18 @@ def qr_twolevel(A: torch.Tensor, route, panel=None):
 
 
 def qr_coop(A: torch.Tensor, route):
-    """Two-level QR whose inner panels taller than route.coop.max_rows use the cooperative panel."""
+    """Two-level QR whose inner panels taller than route.coop.max_rows use the cooperative panel
+    (coop.py), or with coop.exchange tsqr the TSQR panel (tsqr.py)."""
     one_program = one_program_panel(route)
 
     def panel(src, H, tau, T, V, j, bw, v_col_off, v_row_off):
-        if H.shape[1] - j <= route.coop.max_rows:
+        coop = route.coop
+        if H.shape[1] - j <= coop.max_rows:
             return one_program(src, H, tau, T, V, j, bw, v_col_off, v_row_off)
-        coop_panel(src, H, tau, T, V, j, bw, programs=route.coop.programs, exchange=route.coop.exchange,
-                   broadcast=route.coop.broadcast, knobs=route.panel, v_col_off=v_col_off, v_row_off=v_row_off)
+        if coop.exchange == "tsqr":
+            tsqr_panel(src, H, tau, T, V, j, bw, programs=coop.programs, knobs=route.panel, broadcast=coop.broadcast,
+                       v_col_off=v_col_off, v_row_off=v_row_off)
+        else:
+            coop_panel(src, H, tau, T, V, j, bw, programs=coop.programs, exchange=coop.exchange,
+                       broadcast=coop.broadcast, knobs=route.panel, v_col_off=v_col_off, v_row_off=v_row_off)
     return qr_twolevel(A, route, panel)

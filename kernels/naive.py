@@ -147,3 +147,51 @@ def coop_panel_ref(panel: torch.Tensor, programs: int):
         P[k, k] = beta
         P[k + 1:, k] = v[k + 1:]
     return P, tau
+
+
+def signed_lu_ref(Q1: torch.Tensor):
+    """The modified LU of a b x b block of orthonormal columns: (L1, U, s) with Q1 - diag(s) = L1 U,
+    L1 unit lower, U upper, s_k = -sign of the k-th pivot as elimination reaches it (+1 taken as
+    the sign of 0). No pivoting is needed: |U_kk| >= 1 (Ballard et al., 2014)."""
+    A = Q1.clone()
+    b = A.shape[0]
+    L1 = torch.eye(b, dtype=A.dtype)
+    s = A.new_zeros(b)
+    for k in range(b):
+        s[k] = 1.0 if A[k, k] < 0 else -1.0
+        A[k, k] -= s[k]
+        L1[k + 1:, k] = A[k + 1:, k] / A[k, k]
+        A[k + 1:, k + 1:] -= torch.outer(L1[k + 1:, k], A[k, k + 1:])
+    return L1, torch.triu(A), s
+
+
+def tsqr_panel_ref(panel: torch.Tensor, programs: int, slice_rows: int):
+    """The TSQR panel (coop.exchange tsqr) in plain torch: returns (factored panel, tau, T, V) as
+    panel_ref does.
+
+    Each slice of slice_rows rows is factored alone (panel_ref); every slice's R is stacked and
+    the stack factored; Q's first b columns are formed from both levels; then the Householder
+    vectors are reconstructed from Q (Ballard, Demmel, Grigori, Jacquelin, Nguyen, Solomonik,
+    "Reconstructing Householder vectors from Tall-Skinny QR", 2014): Q - [diag(s); 0] = V U
+    (signed_lu_ref on Q's top block, V's rows below it Q U^-1), T = -U diag(s) V_top^-T, R =
+    diag(s) R_stack. The result is a Householder QR in dlarfg's sign convention wherever every
+    reflector has a nonzero tail; where dlarfg would skip one (tau 0), this reflects (tau > 1).
+    """
+    L, b = panel.shape
+    P = torch.zeros(programs * slice_rows, b, dtype=panel.dtype)
+    P[:L] = panel
+    slices = [panel_ref(P[q * slice_rows:(q + 1) * slice_rows]) for q in range(programs)]
+    stack = torch.cat([torch.triu(F[:b]) for F, _, _, _ in slices])
+    Fs, _, Tc, Y = panel_ref(stack)
+    # Q's first b columns: slice q's rows are Q_q [B_q; 0], B_q block q of the stack's Q.
+    Qc = torch.eye(programs * b, b, dtype=P.dtype) - Y @ (Tc @ Y[:b].T)
+    Q = torch.cat([torch.cat([Qc[q * b:(q + 1) * b], P.new_zeros(slice_rows - b, b)])
+                   - Vq @ (Tq @ (Vq[:b].T @ Qc[q * b:(q + 1) * b]))
+                   for q, (_, _, Tq, Vq) in enumerate(slices)])
+    L1, U, s = signed_lu_ref(Q[:b])
+    V = torch.linalg.solve_triangular(U, Q, upper=True, left=False)
+    V[:b] = L1
+    T = -torch.linalg.solve_triangular(L1, (U * s[None, :]).T, upper=False, left=True).T
+    out = V.clone()
+    out[:b] = torch.triu(s[:, None] * Fs[:b]) + torch.tril(L1, -1)
+    return out[:L], torch.diagonal(T).clone(), T, V[:L]

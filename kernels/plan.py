@@ -25,8 +25,9 @@ DRIVERS = ("geqrf", "blocked", "twolevel", "coop")
 BROADCASTS = ("sum", "shuffle")
 # Drivers built from inner panels inside outer blocks (they read `twolevel`).
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
-# How the cooperative panel's programs exchange partial sums per reflector (coop.py).
-COOP_EXCHANGES = ("counter", "slots", "spin")
+# How the cooperative panel's programs combine their rows: partial sums exchanged per reflector
+# (coop.py), or each slice factored alone and the R factors combined once a panel (tsqr.py).
+COOP_EXCHANGES = ("counter", "slots", "spin", "tsqr")
 # TwoLevelKnobs.block_t (wy.py): a block's T by torch products, or by one Triton launch.
 BLOCK_T = ("merge", "kernel")
 # TwoLevelKnobs.gram (wy.py): the block's Y^T Y through cuBLAS in fp32, or on tensor cores.
@@ -263,13 +264,17 @@ class TwoLevelKnobs:
 @dataclass(frozen=True)
 class CoopKnobs:
     programs: int = knob(8, Pow2(1, 64), "programs per matrix in the cooperative panel")
-    exchange: str = knob("counter", OneOf(COOP_EXCHANGES), "how the programs sum their partials per "
-                                                          "reflector: an atomic counter barrier, sentinel slots "
-                                                          "polled by the whole program, or sentinel slots each "
-                                                          "thread spins on alone (spin: no barrier while it waits)")
+    exchange: str = knob("counter", OneOf(COOP_EXCHANGES), "how the programs combine their rows: partial sums "
+                                                          "per reflector through an atomic counter barrier, "
+                                                          "sentinel slots polled by the whole program, or "
+                                                          "sentinel slots each thread spins on alone (spin: no "
+                                                          "barrier while it waits); or tsqr: each program "
+                                                          "factors its rows alone, a second launch combines the "
+                                                          "R factors and rebuilds the reflectors (no waiting: "
+                                                          "programs need not fit the GPU at once)")
     broadcast: str = knob("sum", OneOf(BROADCASTS), "the cooperative panel's panel.broadcast: sum, or shuffle "
                                                   "(the panel held as column groups of 4, where its rows are "
-                                                  "16-byte aligned; with exchange slots or spin; GPU only)")
+                                                  "16-byte aligned; with exchange slots, spin or tsqr; GPU only)")
     max_rows: int = knob(1024, IntRange(1), "panels up to this height use the one-program panel")
 
 
@@ -398,7 +403,7 @@ def route_problems(driver: str, sections: dict) -> list:
     coop = sections["coop"]
     if not value_problems(coop) and coop.broadcast == "shuffle" and coop.exchange == "counter":
         out.append((("coop", "broadcast"), "got shuffle with coop.exchange counter; allowed: shuffle with "
-                    "exchange slots or spin, or sum"))
+                    "exchange slots, spin or tsqr, or sum"))
     twolevel = sections["twolevel"]
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))

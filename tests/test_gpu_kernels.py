@@ -1,6 +1,6 @@
 """The kernels on a real GPU (marker `gpu`; skipped without one): compiled Triton, the
-cooperative panel with several programs spinning on each other, tensor-core precisions
-and CUDA graphs, at sizes the interpreter cannot reach."""
+cooperative panel with several programs spinning on each other, the TSQR panel with many,
+tensor-core precisions and CUDA graphs, at sizes the interpreter cannot reach."""
 import pytest
 import torch
 from kernel_helpers import STRIP_TOLERANCE, harness_check, route, strip_error
@@ -9,6 +9,7 @@ from qrsub.kernels import plan, routing
 from qrsub.kernels.coop import coop_panel
 from qrsub.kernels.naive import panel_ref
 from qrsub.kernels.plan import PanelKnobs
+from qrsub.kernels.tsqr import tsqr_panel
 from qrsub.kernels.routing import DRIVER_FUNCTIONS as DRIVERS
 
 pytestmark = pytest.mark.gpu
@@ -40,6 +41,26 @@ def test_cooperative_panel_with_several_programs(programs, exchange, broadcast, 
         P, tau_ref, T_ref, _ = panel_ref(A[i, :, :bw].double().cpu())
         torch.testing.assert_close(dst[i, :, :bw].double().cpu(), P, atol=1e-4, rtol=1e-3)
         torch.testing.assert_close(tau[i, :bw].double().cpu(), tau_ref, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(T[i].double().cpu(), T_ref, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("broadcast,bw", [("sum", 32), ("shuffle", 16), ("shuffle", 32)])
+@pytest.mark.parametrize("programs", [1, 2, 8, 32])
+def test_tsqr_panel_with_several_programs(programs, broadcast, bw):
+    """coop.exchange tsqr on the GPU (the interpreter runs it too, on small shapes: test_kernel_tsqr.py):
+    the factors of a panel whose columns all have tails match the one-program panel's."""
+    n, j = 1536, 16
+    A = gpu_matrices(2, n)  # its zero column (n // 3) lies right of the panel
+    dst = A.clone()
+    tau = torch.zeros(2, n, device="cuda")
+    T = torch.zeros(2, bw, bw, device="cuda")
+    V = torch.zeros(2, n, bw, device="cuda")
+    tsqr_panel(A, dst, tau, T, V, j, bw, programs=programs, broadcast=broadcast,
+               knobs=PanelKnobs(num_warps=((512, 4), (None, 8)), unroll=4))
+    for i in range(2):
+        P, tau_ref, T_ref, _ = panel_ref(A[i, j:, j:j + bw].double().cpu())
+        torch.testing.assert_close(dst[i, j:, j:j + bw].double().cpu(), P, atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(tau[i, j:j + bw].double().cpu(), tau_ref, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(T[i].double().cpu(), T_ref, atol=1e-4, rtol=1e-3)
 
 
@@ -110,6 +131,12 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("coop-spin", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
          coop=dict(SLOTS4, exchange="spin", broadcast="shuffle")),
+    # the tall panels by TSQR (s15): 8 and 16 programs a matrix, more than could wait on each other
+    case("coop-tsqr", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
+         coop=dict(SLOTS4, programs=8, exchange="tsqr", broadcast="shuffle")),
+    case("coop-tsqr16", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"), coop=dict(SLOTS4, programs=16, exchange="tsqr")),
     # the Gram product split over rows (the champion's huge and giant routes, s13)
     case("gramsplit", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256),

@@ -44,13 +44,13 @@ PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
 # champion's own code, so its ratio there is 1): at 20x32, 40x176 and 40x352 the panels on
 # twice the warps; at 60x1024 the tall panels on two programs a matrix exchanging by spin, or
-# on 16 warps; at 8x2048 and 2x4096 the cooperative panels exchanging by spin (one poll loop a
-# reflector, fifteenth session) and the Gram split without its 64-column programs (one knob
+# on 16 warps; at 8x2048 and 2x4096 the tall panels by TSQR, the cooperative panels exchanging
+# by spin (one poll loop a reflector, fifteenth session), and the Gram split without its 64-column programs (one knob
 # fewer, if no slower). (champion-shortregs, within noise three times, is out.)
 AT_SMALL="variants/champion-morewarps.yaml"
 AT_512=""
 AT_1024="variants/champion-largecoop.yaml variants/champion-large16w.yaml"
-AT_2048_UP="variants/champion-coopspin.yaml variants/champion-nogramcols.yaml"
+AT_2048_UP="variants/champion-tsqr.yaml variants/champion-coopspin.yaml variants/champion-nogramcols.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
@@ -74,7 +74,7 @@ check)
     bench coop 5,6 70 $AT_2048_UP
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "coop-grouped or coop-spin or (several_programs and spin)" \
+        -k "coop-grouped or coop-spin or tsqr or (several_programs and spin)" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     # Where the champion's 640x512 time goes, with the stall reasons (about 15 s): `bash $0 ncu` below.
     bash "$0" ncu variants/champion.yaml 3 > /dev/null 2>&1 && echo "ncu of the champion: in $OUT"

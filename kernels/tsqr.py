@@ -1,0 +1,237 @@
+"""The TSQR panel (coop.exchange tsqr): a tall panel's rows split over programs that exchange
+once a panel, not once a reflector.
+
+The cooperative panel (coop.py) sums partials across its programs for every reflector: a round
+trip through memory and a wait on the slowest program, sixteen times a 16-column panel. Here
+each program factors its own slice of rows alone (tsqr_local_kernel), and a second launch
+(tsqr_combine_kernel) combines them:
+
+1. every program factors the stack of the slices' R factors (NC b x b blocks), the same
+   arithmetic in each, so that none waits on another;
+2. each forms its slice of Q's first b columns from both levels;
+3. each reconstructs Householder vectors from Q (Ballard, Demmel, Grigori, Jacquelin, Nguyen,
+   Solomonik, "Reconstructing Householder vectors from Tall-Skinny QR", 2014): with Q1 Q's
+   top b x b block, Q1 - diag(s) = L1 U (signed_lu, s_k = -sign of each pivot, no pivoting
+   needed: |U_kk| >= 1), V = Q U^-1 below the top block and L1 in it, T = -U diag(s) L1^-T,
+   R = diag(s) R_stack.
+
+That is the Householder QR in dlarfg's sign convention wherever each reflector's column has
+a nonzero tail; where dlarfg would skip one (tau 0: an exactly upper-triangular panel), this
+one reflects (tau between 1 and 2) and R's row changes sign. Both are valid QR factorizations
+(naive.tsqr_panel_ref is the torch reference).
+
+Two launches and no spinning: the programs need not be resident together, so the interpreter
+runs several, and a matrix may have more programs than the SMs allow the cooperative panel.
+"""
+import triton
+import triton.language as tl
+
+from .launch import interpreted, pdl_launch, wait_for_previous
+from .panel import (by_rows, column_sums, factor_grouped, householder_panel, load_slice, padded_width, reflect,
+                    shuffle_layout_holds, store_v, unit_lower)
+from .precision import dot_prec
+from .scratch import scratch
+
+
+@triton.jit
+def factor_summing(P, rows, cols, UNROLL: tl.constexpr):
+    """All reflectors of the (BL, BB) tile P, whose rows start at the panel's diagonal (rows: 0..BL-1),
+    by panel.column_sums and reflect: (P, T, taus). UNROLL as householder_panel_kernel's."""
+    BB: tl.constexpr = P.shape[1]
+    T = tl.zeros((BB, BB), dtype=tl.float32)
+    taus = tl.zeros((BB,), dtype=tl.float32)
+    if UNROLL == 0:
+        for k in range(0, BB):
+            x, tail, row_k, proj = column_sums(P, rows, cols, k, False)
+            P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, False)
+    else:
+        for k0 in range(0, BB, UNROLL):
+            for r in tl.static_range(UNROLL):
+                x, tail, row_k, proj = column_sums(P, rows, cols, k0 + r, False)
+                P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k0 + r, False)
+    return P, T, taus
+
+
+@triton.jit
+def tsqr_local_kernel(src_ptr, local_ptr, tloc_ptr, n, L, bw, panel_off,
+                      NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, UNROLL: tl.constexpr,
+                      GROUPED: tl.constexpr, SHUFFLE: tl.constexpr, PDL: tl.constexpr):
+    """Grid: (NC, batch). Program (p, i) factors panel rows [p BR, (p+1) BR) of matrix i alone (zero
+    past row L) and stores the factored slice (its R above its V) at rows [p BR, (p+1) BR) of
+    matrix i's NC BR x BB block of local_ptr, its T at block (i, p) of tloc_ptr (batch x NC x BB x BB).
+
+    GROUPED: the slice held as column groups (panel.factor_grouped, SHUFFLE its indexed shuffle),
+    where panel.shuffle_layout_holds. Invariants: bw == BB (full-width panels), NC, BR, BB powers
+    of two, BR >= BB >= 16. PDL: launch.wait_for_previous first."""
+    wait_for_previous(PDL)
+    p = tl.program_id(0)
+    pid = tl.program_id(1).to(tl.int64)
+    rows = p * BR + tl.arange(0, BR)
+    cols = tl.arange(0, BB)
+    P, _, _, _, _ = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, True)
+    local_rows = tl.arange(0, BR)
+    if GROUPED:
+        G: tl.constexpr = BB // 4
+        groups = tl.arange(0, G)[:, None] * 4 + tl.arange(0, 4)[None, :]
+        P, T, _ = factor_grouped(tl.reshape(P, (BR, G, 4)), local_rows[:, None], groups, 0, UNROLL, SHUFFLE)
+        P = tl.reshape(P, (BR, BB))
+        T = tl.reshape(T, (BB, BB))
+    else:
+        P, T, _ = factor_summing(P, local_rows, cols, UNROLL)
+    tl.store(local_ptr + (pid * NC * BR + rows[:, None]) * BB + cols[None, :], P)
+    tl.store(tloc_ptr + ((pid * NC + p) * BB + cols[:, None]) * BB + cols[None, :], T)
+
+
+@triton.jit
+def block_of(X, q, NB: tl.constexpr):
+    """Rows [q BB, (q+1) BB) of the (NB BB, BB) tile X, as a (BB, BB) tile (q may be a run-time value)."""
+    BB: tl.constexpr = X.shape[1]
+    blocks = tl.arange(0, NB)[:, None, None]
+    return tl.sum(tl.where(blocks == q, tl.reshape(X, (NB, BB, BB)), 0.0), axis=0)
+
+
+@triton.jit
+def signed_lu(Q1, idx):
+    """(L1, U, s) with Q1 - diag(s) = L1 U: L1 unit lower, U upper, s_k = -1 where the k-th pivot
+    (as elimination reaches it) is >= 0, else +1, so that |U_kk| = |pivot| + 1. idx: arange(BB)."""
+    eye = (idx[:, None] == idx[None, :]).to(tl.float32)
+    A = Q1
+    U = tl.zeros(Q1.shape, dtype=tl.float32)
+    Lk = tl.zeros(Q1.shape, dtype=tl.float32)
+    s = tl.zeros(idx.shape, dtype=tl.float32)
+    for k in range(0, Q1.shape[0]):
+        row = tl.sum(tl.where((idx == k)[:, None], A, 0.0), axis=0)
+        pivot = tl.sum(tl.where(idx == k, row, 0.0), axis=0)
+        s_k = tl.where(pivot < 0.0, 1.0, -1.0)
+        u_row = tl.where(idx == k, pivot - s_k, tl.where(idx > k, row, 0.0))
+        col = tl.sum(tl.where((idx == k)[None, :], A, 0.0), axis=1)
+        l_col = tl.where(idx > k, col / (pivot - s_k), 0.0)
+        A = A - l_col[:, None] * tl.where(idx > k, u_row, 0.0)[None, :]
+        U = tl.where((idx == k)[:, None], u_row[None, :], U)
+        Lk = tl.where((idx == k)[None, :], l_col[:, None], Lk)
+        s = tl.where(idx == k, s_k, s)
+    return Lk + eye, U, s
+
+
+@triton.jit
+def solve_right_upper(Q, U, idx):
+    """V with V U = Q, column by column (U upper triangular, BB x BB; Q any rows x BB). idx: arange(BB)."""
+    V = tl.zeros(Q.shape, dtype=tl.float32)
+    for k in range(0, U.shape[0]):
+        u_col = tl.sum(tl.where((idx == k)[None, :], U, 0.0), axis=1)  # U[:, k], by row of U
+        u_kk = tl.sum(tl.where(idx == k, u_col, 0.0), axis=0)
+        q_k = tl.sum(tl.where((idx == k)[None, :], Q, 0.0), axis=1)
+        done = tl.sum(V * tl.where(idx < k, u_col, 0.0)[None, :], axis=1)
+        V = tl.where((idx == k)[None, :], ((q_k - done) / u_kk)[:, None], V)
+    return V
+
+
+@triton.jit
+def solve_right_unit_lower_t(M, L1, idx):
+    """X with X L1^T = M (L1 unit lower triangular, BB x BB), column by column. idx: arange(BB)."""
+    X = tl.zeros(M.shape, dtype=tl.float32)
+    for j in range(0, L1.shape[0]):
+        l_row = tl.sum(tl.where((idx == j)[:, None], L1, 0.0), axis=0)  # L1[j, :]
+        done = tl.sum(X * tl.where(idx < j, l_row, 0.0)[None, :], axis=1)
+        m_j = tl.sum(tl.where((idx == j)[None, :], M, 0.0), axis=1)
+        X = tl.where((idx == j)[None, :], (m_j - done)[:, None], X)
+    return X
+
+
+@triton.jit
+def fp32_dot(a, b):
+    """a @ b in IEEE fp32 (no tensor-core rounding): Q and its reconstruction carry the panel's accuracy."""
+    return dot_prec(a, b, tl.zeros((a.shape[0], b.shape[1]), dtype=tl.float32), "fp32")
+
+
+@triton.jit
+def slice_q(local, tloc, q, B, rows, idx, BR: tl.constexpr):
+    """Rows of Q's first BB columns held by slice q, for the rows `rows` of that slice (local:
+    the matrix's factored slices, tloc their T): Q_q [B; 0] = [B; 0] - V_q T_q V_q[:BB]^T B."""
+    BB: tl.constexpr = B.shape[0]
+    F = tl.load(local + (q * BR + rows[:, None]) * BB + idx[None, :])
+    V = unit_lower(F, rows, idx, BR)
+    top = unit_lower(tl.load(local + (q * BR + idx[:, None]) * BB + idx[None, :]), idx, idx, BB)
+    T = tl.load(tloc + (q * BB + idx[:, None]) * BB + idx[None, :])
+    M = fp32_dot(T, fp32_dot(tl.trans(top), B))
+    E = (rows[:, None] == idx[None, :]).to(tl.float32)
+    return fp32_dot(E, B) - fp32_dot(V, M)
+
+
+@triton.jit
+def tsqr_combine_kernel(local_ptr, tloc_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr,
+                        n, L, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
+                        NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr,
+                        PDL: tl.constexpr):
+    """Grid: (NC, batch). Program (p, i) writes panel rows [p BR, (p+1) BR) of matrix i (rows below
+    L untouched): R and V as householder_panel_kernel writes them, V also into the V buffer; program
+    (0, i) writes tau and (WRITE_T) T. Reads tsqr_local_kernel's slices and T's. Every program
+    factors the stack of R factors and the LU of Q's top block itself (the same bits in each):
+    nothing waits on another program. Invariants as tsqr_local_kernel's. PDL: as there."""
+    wait_for_previous(PDL)
+    p = tl.program_id(0)
+    pid = tl.program_id(1).to(tl.int64)
+    idx = tl.arange(0, BB)
+    eye = (idx[:, None] == idx[None, :]).to(tl.float32)
+    local = local_ptr + pid * NC * BR * BB
+    tloc = tloc_ptr + pid * NC * BB * BB
+    # 1. The stack of the slices' R factors, factored.
+    srows = tl.arange(0, NC * BB)
+    stack = tl.load(local + ((srows // BB) * BR + srows % BB)[:, None] * BB + idx[None, :])
+    stack = tl.where((srows % BB)[:, None] <= idx[None, :], stack, 0.0)
+    F, Tc, _ = factor_summing(stack, srows, idx, 0)
+    Y = unit_lower(F, srows, idx, NC * BB)
+    R = tl.where(idx[:, None] <= idx[None, :], block_of(F, 0, NC), 0.0)
+    # 2. Q's first BB columns: block q of the stack's is B_q = [q == 0] I - Y_q T_c Y_0^T.
+    Y_top = block_of(Y, 0, NC)
+    K = fp32_dot(Tc, tl.trans(Y_top))
+    B_p = tl.where(p == 0, eye, 0.0) - fp32_dot(block_of(Y, p, NC), K)
+    B_0 = eye - fp32_dot(Y_top, K)
+    rows = tl.arange(0, BR)
+    Q = slice_q(local, tloc, p, B_p, rows, idx, BR)
+    Q1 = slice_q(local, tloc, 0, B_0, idx, idx, BR)
+    # 3. Householder vectors from Q.
+    L1, U, s = signed_lu(Q1, idx)
+    V = solve_right_upper(Q, U, idx)
+    top = tl.where(idx[:, None] <= idx[None, :], s[:, None] * R, L1)  # R above, L1 below (slice 0)
+    E = (rows[:, None] == idx[None, :]).to(tl.float32)
+    out = tl.where((p == 0) & (rows[:, None] < BB), fp32_dot(E, top), V)
+    prow = p * BR + rows
+    in_panel = tl.broadcast_to(prow[:, None] < L, (BR, BB))
+    tl.store(dst_ptr + pid * n * n + panel_off + prow[:, None] * n + idx[None, :], out, mask=in_panel)
+    store_v(v_ptr, out, prow, idx, L, BB, pid, n, v_row_off, v_col_off, v_ld, False)
+    if p == 0:
+        T = solve_right_unit_lower_t(-U * s[None, :], L1, idx)
+        tl.store(tau_ptr + pid * n + tau_off + idx, tl.sum(tl.where(eye > 0.0, T, 0.0), axis=1))
+        if WRITE_T:
+            tl.store(t_ptr + pid * t_bs + idx[:, None] * t_ld + idx[None, :], T)
+
+
+def tsqr_panel(src, dst, tau, T, V, j, bw, *, programs, knobs, broadcast="sum", v_col_off=0, v_row_off=None):
+    """householder_panel's contract by TSQR over `programs` slices of the panel's rows (any
+    number: nothing waits on another program). `knobs` (PanelKnobs) gives num_warps by the rows
+    one program holds, and unroll; broadcast shuffle holds each slice as column groups where
+    panel.shuffle_layout_holds. A narrow panel (bw not a power of two of at least 16: the ragged
+    last one) takes the one-program panel: the reconstruction would turn its zero padding
+    columns into reflectors."""
+    batch, n, _ = dst.shape
+    L = n - j
+    BB = padded_width(bw)
+    if bw != BB:
+        householder_panel(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off, v_row_off=v_row_off)
+        return
+    NC = programs
+    BR = max(BB, triton.next_power_of_2(triton.cdiv(L, NC)))
+    num_warps = by_rows(knobs.num_warps, BR)
+    grouped = broadcast == "shuffle" and shuffle_layout_holds(n, j, bw, BB, BR, num_warps)
+    local = scratch("tsqr_local", (batch, NC * BR, BB), dst.dtype, dst.device)
+    tloc = scratch("tsqr_t", (batch, NC, BB, BB), dst.dtype, dst.device)
+    tsqr_local_kernel[(NC, batch)](
+        src, local, tloc, n, L, bw, j * n + j,
+        NC=NC, BR=BR, BB=BB, UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
+        num_warps=num_warps, **pdl_launch())
+    tsqr_combine_kernel[(NC, batch)](
+        local, tloc, dst, tau, T if T is not None else tau, V,
+        n, L, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
+        j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
+        NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, num_warps=num_warps, **pdl_launch())
