@@ -42,15 +42,13 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1): at 20x32, 40x176 and 40x352 the panels on
-# twice the warps; at 60x1024 the tall panels on two programs a matrix exchanging by spin, or
-# on 16 warps; at 8x2048 and 2x4096 the tall panels by TSQR, the cooperative panels exchanging
-# by spin (one poll loop a reflector, fifteenth session), and the Gram split without its 64-column programs (one knob
-# fewer, if no slower). (champion-shortregs, within noise three times, is out.)
-AT_SMALL="variants/champion-morewarps.yaml"
+# champion's own code, so its ratio there is 1): at 8x2048 and 2x4096 the tall panels by TSQR
+# (fifteenth session: its combine launch took 114 us of its 123, now split in two) and the Gram
+# split without its 64-column programs (one knob fewer, if no slower).
+AT_SMALL=""
 AT_512=""
-AT_1024="variants/champion-largecoop.yaml variants/champion-large16w.yaml"
-AT_2048_UP="variants/champion-tsqr.yaml variants/champion-coopspin.yaml variants/champion-nogramcols.yaml"
+AT_1024=""
+AT_2048_UP="variants/champion-tsqr.yaml variants/champion-nogramcols.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
