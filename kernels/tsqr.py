@@ -145,74 +145,113 @@ def fp32_dot(a, b):
 
 
 @triton.jit
-def slice_q(local, tloc, q, B, rows, idx, BR: tl.constexpr):
-    """Rows of Q's first BB columns held by slice q, for the rows `rows` of that slice (local:
-    the matrix's factored slices, tloc their T): Q_q [B; 0] = [B; 0] - V_q T_q V_q[:BB]^T B."""
-    BB: tl.constexpr = B.shape[0]
-    F = tl.load(local + (q * BR + rows[:, None]) * BB + idx[None, :])
-    V = unit_lower(F, rows, idx, BR)
-    top = unit_lower(tl.load(local + (q * BR + idx[:, None]) * BB + idx[None, :]), idx, idx, BB)
-    T = tl.load(tloc + (q * BB + idx[:, None]) * BB + idx[None, :])
-    M = fp32_dot(T, fp32_dot(tl.trans(top), B))
-    E = (rows[:, None] == idx[None, :]).to(tl.float32)
-    return fp32_dot(E, B) - fp32_dot(V, M)
+def small_dot(a, b):
+    """a @ b in fp32 as one rank-1 update per column of a (b: BB x BB), for tsqr_combine_kernel's
+    small tiles: Triton's IEEE dot there took the kernel to kilobytes of stack a thread (ptxas,
+    Triton 3.6, one warp: 3,600 bytes at NC 8, 10,096 at NC 16)."""
+    idx = tl.arange(0, b.shape[0])
+    out = tl.zeros((a.shape[0], b.shape[1]), dtype=tl.float32)
+    for k in range(0, b.shape[0]):
+        a_k = tl.sum(tl.where((idx == k)[None, :], a, 0.0), axis=1)
+        b_k = tl.sum(tl.where((idx == k)[:, None], b, 0.0), axis=0)
+        out += a_k[:, None] * b_k[None, :]
+    return out
 
 
 @triton.jit
-def tsqr_combine_kernel(local_ptr, tloc_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr,
-                        n, L, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
+def tsqr_combine_kernel(local_ptr, tloc_ptr, x_ptr, top_ptr, tau_ptr, t_ptr, n, tau_off, t_bs, t_ld,
                         NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr,
                         PDL: tl.constexpr):
-    """Grid: (NC, batch). Program (p, i) writes panel rows [p BR, (p+1) BR) of matrix i (rows below
-    L untouched): R and V as householder_panel_kernel writes them, V also into the V buffer; program
-    (0, i) writes tau and (WRITE_T) T. Reads tsqr_local_kernel's slices and T's. Every program
-    factors the stack of R factors and the LU of Q's top block itself (the same bits in each):
-    nothing waits on another program. Invariants as tsqr_local_kernel's. PDL: as there."""
+    """Grid: (batch,), combine_warps warps (one for a stack of up to 128 rows: every reduction stays
+    inside it, no barrier). Program i combines
+    tsqr_local_kernel's slices of matrix i and leaves what tsqr_apply_kernel needs:
+
+    - the stack of the slices' R factors, factored: R, Y, T_c;
+    - B = [I; 0] - Y T_c Y_0^T (NC BB x BB: block q is B_q, Q_q's share of Q's first columns) and
+      M_q = T_q V_q[:BB]^T B_q, so that slice q's rows of Q are [B_q; 0] - V_q M_q;
+    - Q's top block Q1 = B_0 - V_0[:BB] M_0 and its signed LU, Q1 - diag(s) = L1 U;
+    - X = B U^-1 and Z = M U^-1 at x_ptr (batch x 2 x NC BB x BB): slice q's V is [X_q; 0] - V_q Z_q;
+    - top (batch x BB x BB): diag(s) R on and above the diagonal, L1 below; tau, and T = -U diag(s)
+      L1^-T (WRITE_T). PDL: launch.wait_for_previous first."""
     wait_for_previous(PDL)
-    p = tl.program_id(0)
-    pid = tl.program_id(1).to(tl.int64)
+    pid = tl.program_id(0).to(tl.int64)
     idx = tl.arange(0, BB)
     eye = (idx[:, None] == idx[None, :]).to(tl.float32)
     local = local_ptr + pid * NC * BR * BB
     tloc = tloc_ptr + pid * NC * BB * BB
-    # 1. The stack of the slices' R factors, factored.
     srows = tl.arange(0, NC * BB)
     stack = tl.load(local + ((srows // BB) * BR + srows % BB)[:, None] * BB + idx[None, :])
     stack = tl.where((srows % BB)[:, None] <= idx[None, :], stack, 0.0)
     F, Tc, _ = factor_summing(stack, srows, idx, 0)
     Y = unit_lower(F, srows, idx, NC * BB)
     R = tl.where(idx[:, None] <= idx[None, :], block_of(F, 0, NC), 0.0)
-    # 2. Q's first BB columns: block q of the stack's is B_q = [q == 0] I - Y_q T_c Y_0^T.
-    Y_top = block_of(Y, 0, NC)
-    K = fp32_dot(Tc, tl.trans(Y_top))
-    B_p = tl.where(p == 0, eye, 0.0) - fp32_dot(block_of(Y, p, NC), K)
-    B_0 = eye - fp32_dot(Y_top, K)
-    rows = tl.arange(0, BR)
-    Q = slice_q(local, tloc, p, B_p, rows, idx, BR)
-    Q1 = slice_q(local, tloc, 0, B_0, idx, idx, BR)
-    # 3. Householder vectors from Q.
+    K = small_dot(Tc, tl.trans(block_of(Y, 0, NC)))
+    B = (srows[:, None] == idx[None, :]).to(tl.float32) - small_dot(Y, K)
+    blocks = tl.arange(0, NC)[:, None, None]
+    M = tl.zeros((NC, BB, BB), dtype=tl.float32)
+    for q in range(0, NC):
+        top_q = unit_lower(tl.load(local + (q * BR + idx[:, None]) * BB + idx[None, :]), idx, idx, BB)
+        T_q = tl.load(tloc + (q * BB + idx[:, None]) * BB + idx[None, :])
+        M_q = small_dot(T_q, small_dot(tl.trans(top_q), block_of(B, q, NC)))
+        M = tl.where(blocks == q, M_q[None, :, :], M)
+    M = tl.reshape(M, (NC * BB, BB))
+    top_0 = unit_lower(tl.load(local + idx[:, None] * BB + idx[None, :]), idx, idx, BB)
+    Q1 = block_of(B, 0, NC) - small_dot(top_0, block_of(M, 0, NC))
     L1, U, s = signed_lu(Q1, idx)
-    V = solve_right_upper(Q, U, idx)
-    top = tl.where(idx[:, None] <= idx[None, :], s[:, None] * R, L1)  # R above, L1 below (slice 0)
-    E = (rows[:, None] == idx[None, :]).to(tl.float32)
-    out = tl.where((p == 0) & (rows[:, None] < BB), fp32_dot(E, top), V)
+    X = solve_right_upper(B, U, idx)
+    Z = solve_right_upper(M, U, idx)
+    xs = x_ptr + pid * 2 * NC * BB * BB + srows[:, None] * BB + idx[None, :]
+    tl.store(xs, X)
+    tl.store(xs + NC * BB * BB, Z)
+    top = tl.where(idx[:, None] <= idx[None, :], s[:, None] * R, L1)
+    tl.store(top_ptr + pid * BB * BB + idx[:, None] * BB + idx[None, :], top)
+    T = solve_right_unit_lower_t(-U * s[None, :], L1, idx)
+    tl.store(tau_ptr + pid * n + tau_off + idx, tl.sum(tl.where(eye > 0.0, T, 0.0), axis=1))
+    if WRITE_T:
+        tl.store(t_ptr + pid * t_bs + idx[:, None] * t_ld + idx[None, :], T)
+
+
+@triton.jit
+def tsqr_apply_kernel(local_ptr, x_ptr, top_ptr, dst_ptr, v_ptr, n, L, panel_off, v_row_off, v_col_off, v_ld,
+                      NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, PDL: tl.constexpr):
+    """Grid: (NC, batch). Program (p, i) writes panel rows [p BR, (p+1) BR) of matrix i (rows below L
+    untouched) as householder_panel_kernel writes them, and their V into the V buffer: V = [X_p; 0] -
+    V_p Z_p from tsqr_combine_kernel's X and Z and slice p's local V; slice 0's first BB rows are
+    tsqr_combine_kernel's top (R above the diagonal, L1 below). PDL: launch.wait_for_previous first."""
+    wait_for_previous(PDL)
+    p = tl.program_id(0)
+    pid = tl.program_id(1).to(tl.int64)
+    idx = tl.arange(0, BB)
+    rows = tl.arange(0, BR)
+    first = rows[:, None] < BB
+    F = tl.load(local_ptr + (pid * NC * BR + p * BR + rows[:, None]) * BB + idx[None, :])
+    xs = x_ptr + pid * 2 * NC * BB * BB + (p * BB + idx[:, None]) * BB + idx[None, :]
+    Z = tl.load(xs + NC * BB * BB)
+    X = tl.load(x_ptr + pid * 2 * NC * BB * BB + (p * BB + rows[:, None]) * BB + idx[None, :], mask=first, other=0.0)
+    out = X - fp32_dot(unit_lower(F, rows, idx, BR), Z)
+    if p == 0:
+        out = tl.where(first, tl.load(top_ptr + pid * BB * BB + rows[:, None] * BB + idx[None, :], mask=first,
+                                      other=0.0), out)
     prow = p * BR + rows
     in_panel = tl.broadcast_to(prow[:, None] < L, (BR, BB))
     tl.store(dst_ptr + pid * n * n + panel_off + prow[:, None] * n + idx[None, :], out, mask=in_panel)
     store_v(v_ptr, out, prow, idx, L, BB, pid, n, v_row_off, v_col_off, v_ld, False)
-    if p == 0:
-        T = solve_right_unit_lower_t(-U * s[None, :], L1, idx)
-        tl.store(tau_ptr + pid * n + tau_off + idx, tl.sum(tl.where(eye > 0.0, T, 0.0), axis=1))
-        if WRITE_T:
-            tl.store(t_ptr + pid * t_bs + idx[:, None] * t_ld + idx[None, :], T)
+
+
+def combine_warps(stack_rows: int) -> int:
+    """tsqr_combine_kernel's warps for a stack of R factors this tall: one up to 128 rows (every
+    reduction inside the warp), then one more warp a 128 rows (ptxas, Triton 3.6: one warp spills
+    1 KB a thread at 256 rows, two warps 376 bytes)."""
+    return max(1, stack_rows // 128)
 
 
 def tsqr_panel(src, dst, tau, T, V, j, bw, *, programs, knobs, broadcast="sum", v_col_off=0, v_row_off=None):
     """householder_panel's contract by TSQR over `programs` slices of the panel's rows (any
-    number: nothing waits on another program). `knobs` (PanelKnobs) gives num_warps by the rows
-    one program holds, and unroll; broadcast shuffle holds each slice as column groups where
-    panel.shuffle_layout_holds. A narrow panel (bw not a power of two of at least 16: the ragged
-    last one) takes the one-program panel: the reconstruction would turn its zero padding
+    number: nothing waits on another program), in three launches: the slices, their combination
+    (one warp a matrix), and the slices' rows of R and V. `knobs` (PanelKnobs) gives num_warps by
+    the rows one program holds, and unroll; broadcast shuffle holds each slice as column groups
+    where panel.shuffle_layout_holds. A narrow panel (bw not a power of two of at least 16: the
+    ragged last one) takes the one-program panel: the reconstruction would turn its zero padding
     columns into reflectors."""
     batch, n, _ = dst.shape
     L = n - j
@@ -226,12 +265,16 @@ def tsqr_panel(src, dst, tau, T, V, j, bw, *, programs, knobs, broadcast="sum", 
     grouped = broadcast == "shuffle" and shuffle_layout_holds(n, j, bw, BB, BR, num_warps)
     local = scratch("tsqr_local", (batch, NC * BR, BB), dst.dtype, dst.device)
     tloc = scratch("tsqr_t", (batch, NC, BB, BB), dst.dtype, dst.device)
+    xz = scratch("tsqr_xz", (batch, 2, NC * BB, BB), dst.dtype, dst.device)
+    top = scratch("tsqr_top", (batch, BB, BB), dst.dtype, dst.device)
     tsqr_local_kernel[(NC, batch)](
         src, local, tloc, n, L, bw, j * n + j,
         NC=NC, BR=BR, BB=BB, UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
         num_warps=num_warps, **pdl_launch())
-    tsqr_combine_kernel[(NC, batch)](
-        local, tloc, dst, tau, T if T is not None else tau, V,
-        n, L, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
-        j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
-        NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, num_warps=num_warps, **pdl_launch())
+    tsqr_combine_kernel[(batch,)](
+        local, tloc, xz, top, tau, T if T is not None else tau, n, j,
+        T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
+        NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, num_warps=combine_warps(NC * BB), **pdl_launch())
+    tsqr_apply_kernel[(NC, batch)](
+        local, xz, top, dst, V, n, L, j * n + j, j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
+        NC=NC, BR=BR, BB=BB, num_warps=num_warps, **pdl_launch())
