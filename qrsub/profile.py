@@ -71,7 +71,8 @@ GROUPS: tuple[KernelGroup, ...] = (
     KernelGroup("coop panel", "several programs per matrix factor a tall panel (kernels/coop.py)",
                 kernels=("coop_panel_kernel",)),
     KernelGroup("TSQR panel", "each program factors its slice of a tall panel, a second launch combines "
-                "them (kernels/tsqr.py, coop.exchange: tsqr)", kernels=("tsqr_local_kernel", "tsqr_combine_kernel")),
+                "them, a third writes its rows (kernels/tsqr.py, coop.exchange: tsqr)",
+                kernels=("tsqr_local_kernel", "tsqr_combine_kernel", "tsqr_apply_kernel")),
     KernelGroup("strip", "the trailing update by a panel's reflectors (kernels/strip.py; fused_strip_kernel: "
                 "strip.fuse_next's pass that also projects the next panel's)",
                 kernels=("trailing_strip_kernel", "project_split_kernel", "apply_split_kernel",

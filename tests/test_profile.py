@@ -28,6 +28,7 @@ UNKNOWN = "void at::native::triu_tril_kernel<float, int, true, 4, true>(at::cuda
 EXPECTED_GROUPS = {
     "householder_panel_kernel": "panel",
     "coop_panel_kernel": "coop panel",
+    "tsqr_combine_kernel": "TSQR panel",
     "trailing_strip_kernel": "strip",
     "project_split_kernel": "strip",
     "apply_split_kernel": "strip",
