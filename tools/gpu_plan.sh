@@ -48,7 +48,7 @@ PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 AT_SMALL=""
 AT_512=""
 AT_1024=""
-AT_2048_UP="variants/champion-coopwide.yaml variants/champion-coop512.yaml"
+AT_2048_UP=""
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
