@@ -4,6 +4,9 @@
 #   bash tools/gpu_plan.sh check      # each experiment benched on the cases it touches (with geqrf and
 #                                     # concurrent unless BASELINES=), its GPU twins, and Nsight Compute
 #                                     # on the champion at 640x512 (~8 min)
+#   bash tools/gpu_plan.sh table      # the closing table: the champion, the previous champion
+#                                     # (.gpu/champion-prev.py, if built and carried) and the
+#                                     # baselines on all 12 cases (~8 min)
 #   bash tools/gpu_plan.sh coop       # the cooperative panel's experiments: twins, bench at n >= 2048 (~5 min)
 #   bash tools/gpu_plan.sh twins      # the general list of GPU twins (~5 min)
 #   bash tools/gpu_plan.sh ncu V CASE  # Nsight Compute's counters for the first panel and strip
@@ -20,11 +23,11 @@
 # offline install does.
 set -u
 case "${1:-}" in
-check|coop|twins|means|decide) ;;
+check|table|coop|twins|means|decide) ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
 ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
 ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
-*) sed -n '2,20p' "$0"; exit 2 ;;
+*) sed -n '2,23p' "$0"; exit 2 ;;
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
@@ -76,6 +79,12 @@ check)
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     # Where the champion's 640x512 time goes, with the stall reasons (about 15 s): `bash $0 ncu` below.
     bash "$0" ncu variants/champion.yaml 3 > /dev/null 2>&1 && echo "ncu of the champion: in $OUT"
+    ;;
+table)
+    # The closing table: every benchmark case, the champion beside the previous one and
+    # the baselines (BASELINES= leaves torch.geqrf and champion-concurrent out).
+    timeout 560 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $BASELINES --budget 400 --target 0.003 \
+        --json "$OUT/bench-table.json" 2>&1 | tee "$OUT/bench-table.txt" | tail -45
     ;;
 coop)
     # The cooperative panel's GPU twins first (a hang ends at the timeout), then the bench of
