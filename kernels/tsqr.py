@@ -163,14 +163,14 @@ def tsqr_combine_kernel(local_ptr, tloc_ptr, x_ptr, top_ptr, tau_ptr, t_ptr, n, 
                         NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr,
                         PDL: tl.constexpr):
     """Grid: (batch,), combine_warps warps (one for a stack of up to 128 rows: every reduction stays
-    inside it, no barrier). Program i combines
-    tsqr_local_kernel's slices of matrix i and leaves what tsqr_apply_kernel needs:
+    inside it, no barrier). Program i combines tsqr_local_kernel's slices of matrix i and leaves
+    what tsqr_apply_kernel needs:
 
     - the stack of the slices' R factors, factored: R, Y, T_c;
-    - B = [I; 0] - Y T_c Y_0^T (NC BB x BB: block q is B_q, Q_q's share of Q's first columns) and
-      M_q = T_q V_q[:BB]^T B_q, so that slice q's rows of Q are [B_q; 0] - V_q M_q;
-    - Q's top block Q1 = B_0 - V_0[:BB] M_0 and its signed LU, Q1 - diag(s) = L1 U;
-    - X = B U^-1 and Z = M U^-1 at x_ptr (batch x 2 x NC BB x BB): slice q's V is [X_q; 0] - V_q Z_q;
+    - B = [I; 0] - Y T_c Y_0^T (NC BB x BB: block q is B_q, slice q's share of Q's first
+      columns, whose rows of Q are [B_q; 0] - V_q T_q V_q[:BB]^T B_q);
+    - Q's top block Q1 (slice 0's first BB rows) and its signed LU, Q1 - diag(s) = L1 U;
+    - X = B U^-1 at x_ptr (batch x NC BB x BB): slice q's V is then [X_q; 0] - V_q T_q V_q[:BB]^T X_q;
     - top (batch x BB x BB): diag(s) R on and above the diagonal, L1 below; tau, and T = -U diag(s)
       L1^-T (WRITE_T). PDL: launch.wait_for_previous first."""
     wait_for_previous(PDL)
@@ -178,7 +178,6 @@ def tsqr_combine_kernel(local_ptr, tloc_ptr, x_ptr, top_ptr, tau_ptr, t_ptr, n, 
     idx = tl.arange(0, BB)
     eye = (idx[:, None] == idx[None, :]).to(tl.float32)
     local = local_ptr + pid * NC * BR * BB
-    tloc = tloc_ptr + pid * NC * BB * BB
     srows = tl.arange(0, NC * BB)
     stack = tl.load(local + ((srows // BB) * BR + srows % BB)[:, None] * BB + idx[None, :])
     stack = tl.where((srows % BB)[:, None] <= idx[None, :], stack, 0.0)
@@ -187,22 +186,12 @@ def tsqr_combine_kernel(local_ptr, tloc_ptr, x_ptr, top_ptr, tau_ptr, t_ptr, n, 
     R = tl.where(idx[:, None] <= idx[None, :], block_of(F, 0, NC), 0.0)
     K = small_dot(Tc, tl.trans(block_of(Y, 0, NC)))
     B = (srows[:, None] == idx[None, :]).to(tl.float32) - small_dot(Y, K)
-    blocks = tl.arange(0, NC)[:, None, None]
-    M = tl.zeros((NC, BB, BB), dtype=tl.float32)
-    for q in range(0, NC):
-        top_q = unit_lower(tl.load(local + (q * BR + idx[:, None]) * BB + idx[None, :]), idx, idx, BB)
-        T_q = tl.load(tloc + (q * BB + idx[:, None]) * BB + idx[None, :])
-        M_q = small_dot(T_q, small_dot(tl.trans(top_q), block_of(B, q, NC)))
-        M = tl.where(blocks == q, M_q[None, :, :], M)
-    M = tl.reshape(M, (NC * BB, BB))
+    B_0 = block_of(B, 0, NC)
     top_0 = unit_lower(tl.load(local + idx[:, None] * BB + idx[None, :]), idx, idx, BB)
-    Q1 = block_of(B, 0, NC) - small_dot(top_0, block_of(M, 0, NC))
+    T_0 = tl.load(tloc_ptr + pid * NC * BB * BB + idx[:, None] * BB + idx[None, :])
+    Q1 = B_0 - small_dot(top_0, small_dot(T_0, small_dot(tl.trans(top_0), B_0)))
     L1, U, s = signed_lu(Q1, idx)
-    X = solve_right_upper(B, U, idx)
-    Z = solve_right_upper(M, U, idx)
-    xs = x_ptr + pid * 2 * NC * BB * BB + srows[:, None] * BB + idx[None, :]
-    tl.store(xs, X)
-    tl.store(xs + NC * BB * BB, Z)
+    tl.store(x_ptr + pid * NC * BB * BB + srows[:, None] * BB + idx[None, :], solve_right_upper(B, U, idx))
     top = tl.where(idx[:, None] <= idx[None, :], s[:, None] * R, L1)
     tl.store(top_ptr + pid * BB * BB + idx[:, None] * BB + idx[None, :], top)
     T = solve_right_unit_lower_t(-U * s[None, :], L1, idx)
@@ -212,23 +201,26 @@ def tsqr_combine_kernel(local_ptr, tloc_ptr, x_ptr, top_ptr, tau_ptr, t_ptr, n, 
 
 
 @triton.jit
-def tsqr_apply_kernel(local_ptr, x_ptr, top_ptr, dst_ptr, v_ptr, n, L, panel_off, v_row_off, v_col_off, v_ld,
-                      NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, PDL: tl.constexpr):
+def tsqr_apply_kernel(local_ptr, tloc_ptr, x_ptr, top_ptr, dst_ptr, v_ptr, n, L, panel_off, v_row_off, v_col_off,
+                      v_ld, NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, PDL: tl.constexpr):
     """Grid: (NC, batch). Program (p, i) writes panel rows [p BR, (p+1) BR) of matrix i (rows below L
     untouched) as householder_panel_kernel writes them, and their V into the V buffer: V = [X_p; 0] -
-    V_p Z_p from tsqr_combine_kernel's X and Z and slice p's local V; slice 0's first BB rows are
-    tsqr_combine_kernel's top (R above the diagonal, L1 below). PDL: launch.wait_for_previous first."""
+    V_p Z with Z = T_p V_p[:BB]^T X_p, from tsqr_combine_kernel's X and slice p's local V and T;
+    slice 0's first BB rows are tsqr_combine_kernel's top (R above the diagonal, L1 below). PDL:
+    launch.wait_for_previous first."""
     wait_for_previous(PDL)
     p = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
     idx = tl.arange(0, BB)
     rows = tl.arange(0, BR)
     first = rows[:, None] < BB
-    F = tl.load(local_ptr + (pid * NC * BR + p * BR + rows[:, None]) * BB + idx[None, :])
-    xs = x_ptr + pid * 2 * NC * BB * BB + (p * BB + idx[:, None]) * BB + idx[None, :]
-    Z = tl.load(xs + NC * BB * BB)
-    X = tl.load(x_ptr + pid * 2 * NC * BB * BB + (p * BB + rows[:, None]) * BB + idx[None, :], mask=first, other=0.0)
-    out = X - fp32_dot(unit_lower(F, rows, idx, BR), Z)
+    local = local_ptr + (pid * NC * BR + p * BR) * BB
+    V = unit_lower(tl.load(local + rows[:, None] * BB + idx[None, :]), rows, idx, BR)
+    top = unit_lower(tl.load(local + idx[:, None] * BB + idx[None, :]), idx, idx, BB)
+    T = tl.load(tloc_ptr + ((pid * NC + p) * BB + idx[:, None]) * BB + idx[None, :])
+    xs = x_ptr + (pid * NC + p) * BB * BB
+    Z = fp32_dot(T, fp32_dot(tl.trans(top), tl.load(xs + idx[:, None] * BB + idx[None, :])))
+    out = tl.load(xs + rows[:, None] * BB + idx[None, :], mask=first, other=0.0) - fp32_dot(V, Z)
     if p == 0:
         out = tl.where(first, tl.load(top_ptr + pid * BB * BB + rows[:, None] * BB + idx[None, :], mask=first,
                                       other=0.0), out)
@@ -265,16 +257,16 @@ def tsqr_panel(src, dst, tau, T, V, j, bw, *, programs, knobs, broadcast="sum", 
     grouped = broadcast == "shuffle" and shuffle_layout_holds(n, j, bw, BB, BR, num_warps)
     local = scratch("tsqr_local", (batch, NC * BR, BB), dst.dtype, dst.device)
     tloc = scratch("tsqr_t", (batch, NC, BB, BB), dst.dtype, dst.device)
-    xz = scratch("tsqr_xz", (batch, 2, NC * BB, BB), dst.dtype, dst.device)
+    x = scratch("tsqr_x", (batch, NC * BB, BB), dst.dtype, dst.device)
     top = scratch("tsqr_top", (batch, BB, BB), dst.dtype, dst.device)
     tsqr_local_kernel[(NC, batch)](
         src, local, tloc, n, L, bw, j * n + j,
         NC=NC, BR=BR, BB=BB, UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
         num_warps=num_warps, **pdl_launch())
     tsqr_combine_kernel[(batch,)](
-        local, tloc, xz, top, tau, T if T is not None else tau, n, j,
+        local, tloc, x, top, tau, T if T is not None else tau, n, j,
         T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
         NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, num_warps=combine_warps(NC * BB), **pdl_launch())
     tsqr_apply_kernel[(NC, batch)](
-        local, xz, top, dst, V, n, L, j * n + j, j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
+        local, tloc, x, top, dst, V, n, L, j * n + j, j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, num_warps=num_warps, **pdl_launch())
