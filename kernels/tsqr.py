@@ -3,25 +3,25 @@ once a panel, not once a reflector.
 
 The cooperative panel (coop.py) sums partials across its programs for every reflector: a round
 trip through memory and a wait on the slowest program, sixteen times a 16-column panel. Here
-each program factors its own slice of rows alone (tsqr_local_kernel), and a second launch
-(tsqr_combine_kernel) combines them:
+three launches do without any wait:
 
-1. every program factors the stack of the slices' R factors (NC b x b blocks), the same
-   arithmetic in each, so that none waits on another;
-2. each forms its slice of Q's first b columns from both levels;
-3. each reconstructs Householder vectors from Q (Ballard, Demmel, Grigori, Jacquelin, Nguyen,
-   Solomonik, "Reconstructing Householder vectors from Tall-Skinny QR", 2014): with Q1 Q's
-   top b x b block, Q1 - diag(s) = L1 U (signed_lu, s_k = -sign of each pivot, no pivoting
-   needed: |U_kk| >= 1), V = Q U^-1 below the top block and L1 in it, T = -U diag(s) L1^-T,
-   R = diag(s) R_stack.
+1. tsqr_local_kernel: each program factors its own slice of rows alone;
+2. tsqr_combine_kernel, one program a matrix: it factors the stack of the slices' R factors
+   (NC b x b blocks), forms the stack's share of Q's first b columns, and takes the signed LU of
+   Q's top b x b block Q1: Q1 - diag(s) = L1 U (s_k = -sign of each pivot; no pivoting needed,
+   |U_kk| >= 1). This is the reconstruction of Householder vectors from Q of Ballard, Demmel,
+   Grigori, Jacquelin, Nguyen and Solomonik ("Reconstructing Householder vectors from
+   Tall-Skinny QR", 2014): V = Q U^-1 below the top block and L1 in it, T = -U diag(s) L1^-T,
+   R = diag(s) R_stack;
+3. tsqr_apply_kernel: each program writes its slice's rows of V (and R on top of slice 0).
 
 That is the Householder QR in dlarfg's sign convention wherever each reflector's column has
 a nonzero tail; where dlarfg would skip one (tau 0: an exactly upper-triangular panel), this
 one reflects (tau between 1 and 2) and R's row changes sign. Both are valid QR factorizations
 (naive.tsqr_panel_ref is the torch reference).
 
-Two launches and no spinning: the programs need not be resident together, so the interpreter
-runs several, and a matrix may have more programs than the SMs allow the cooperative panel.
+The programs need not be resident together, so the interpreter runs several, and a matrix may
+have more programs than the SMs allow the cooperative panel.
 """
 import triton
 import triton.language as tl
