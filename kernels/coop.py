@@ -19,8 +19,7 @@ import triton
 import triton.language as tl
 
 from .launch import interpreted, pdl_launch, wait_for_previous
-from .panel import (by_rows, column_sums, grouped_reflect, grouped_sums, load_slice, padded_width, reflect,
-                    shuffle_layout_holds, store_v)
+from .panel import column_sums, grouped_reflect, grouped_sums, load_slice, reflect, row_slices, store_v
 from .scratch import scratch
 
 
@@ -220,8 +219,9 @@ def coop_panel_kernel(
     Arguments as householder_panel_kernel's, plus the exchange's buffers. EXCHANGE
     (CoopKnobs.exchange) slots or spin: part_ptr is batch x BB x NC x 2*BB fp32 (a slot per
     reflector, every word SLOT_SENTINEL at launch) and count_ptr is unused; SPIN: the values a
-    thread polls at once in spin's PTX loop (settled_sums_ptx; 0 in the interpreter). counter: part_ptr is batch x 2 x NC x 2*BB fp32 (row_k
-    then proj, two alternating slots) and count_ptr batch int32 counters, zero at launch. UNROLL
+    thread polls at once in spin's PTX loop (settled_sums_ptx; 0 in the interpreter). counter:
+    part_ptr is batch x 2 x NC x 2*BB fp32 (row_k then proj, two alternating slots) and count_ptr
+    batch int32 counters, zero at launch. UNROLL
     as householder_panel_kernel's (the exchange slots are indexed by k, so the extra zero columns
     of a narrow panel use slots that exist: there are BB of them). GROUPED (CoopKnobs.broadcast
     shuffle, where panel.shuffle_layout_holds for a slice): the slice held as (BR, G, 4) as
@@ -297,15 +297,12 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
     batch, n, _ = dst.shape
     L = n - j
     NC = coop_programs_allowed(programs, batch, dst.device)
-    BB = padded_width(bw)
-    BR = max(BB, triton.next_power_of_2(triton.cdiv(L, NC)))
+    BB, BR, num_warps, grouped = row_slices(n, j, bw, NC, knobs, broadcast)
     if exchange == "spin" and not HAS_CONSTEXPR_FUNCTION:
         raise RuntimeError(f"coop.exchange spin needs triton.constexpr_function (Triton 3.5 or later); "
                            f"this is Triton {triton.__version__}: use exchange slots")
     if broadcast == "shuffle" and exchange == "counter":
         raise ValueError("coop broadcast shuffle needs exchange slots or spin, got counter")
-    num_warps = by_rows(knobs.num_warps, BR)
-    grouped = broadcast == "shuffle" and shuffle_layout_holds(n, j, bw, BB, BR, num_warps)
     count = scratch("coop_count", (batch,), torch.int32, dst.device)
     if exchange in ("slots", "spin"):
         parts = scratch("coop_slots", (batch, BB, NC, 2 * BB), torch.float32, dst.device)

@@ -399,6 +399,25 @@ def factor_grouped(P, rows, cols, C0: tl.constexpr, UNROLL: tl.constexpr, SHUFFL
 
 
 @triton.jit
+def factor_summing(P, rows, cols, UNROLL: tl.constexpr):
+    """All reflectors of the (BL, BB) tile P, whose rows start at the panel's diagonal (rows: 0..BL-1),
+    by column_sums and reflect: factor_grouped's summing twin: (P, T, taus). UNROLL as householder_panel_kernel's."""
+    BB: tl.constexpr = P.shape[1]
+    T = tl.zeros((BB, BB), dtype=tl.float32)
+    taus = tl.zeros((BB,), dtype=tl.float32)
+    if UNROLL == 0:
+        for k in range(0, BB):
+            x, tail, row_k, proj = column_sums(P, rows, cols, k, False)
+            P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, False)
+    else:
+        for k0 in range(0, BB, UNROLL):
+            for r in tl.static_range(UNROLL):
+                x, tail, row_k, proj = column_sums(P, rows, cols, k0 + r, False)
+                P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k0 + r, False)
+    return P, T, taus
+
+
+@triton.jit
 def unit_lower(P, rows, cols, L):
     """V of a factored (BL, bw) slice whose columns are cols: P below the diagonal, 1 on it, 0
     above and past row L."""
@@ -590,6 +609,18 @@ def shuffle_layout_holds(n: int, j: int, bw: int, BB: int, rows: int, num_warps:
     sm_90 show that layout at every such shape we compiled; a tile of 2 values a thread splits
     a group over 2 lanes)."""
     return bw == BB and n % 16 == 0 and j % 16 == 0 and rows * BB >= 4 * 32 * num_warps
+
+
+def row_slices(n: int, j: int, bw: int, programs: int, knobs, broadcast: str) -> tuple:
+    """(BB, BR, num_warps, grouped) of the panel at column j (bw columns, n x n matrices) with its
+    rows split over `programs` programs (the cooperative and TSQR panels): BB its padded width,
+    BR the padded rows a program holds, num_warps PanelKnobs.num_warps for BR rows, grouped
+    whether the slices are held as column groups (broadcast shuffle, where
+    shuffle_layout_holds)."""
+    BB = padded_width(bw)
+    BR = max(BB, triton.next_power_of_2(triton.cdiv(n - j, programs)))
+    num_warps = by_rows(knobs.num_warps, BR)
+    return BB, BR, num_warps, broadcast == "shuffle" and shuffle_layout_holds(n, j, bw, BB, BR, num_warps)
 
 
 def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=None, pending=None, v_parts=False):

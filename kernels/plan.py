@@ -269,8 +269,8 @@ class CoopKnobs:
                                                           "sentinel slots polled by the whole program, or "
                                                           "sentinel slots each thread spins on alone (spin: no "
                                                           "barrier while it waits); or tsqr: each program "
-                                                          "factors its rows alone, a second launch combines the "
-                                                          "R factors and rebuilds the reflectors (no waiting: "
+                                                          "factors its rows alone, further launches combine the "
+                                                          "R factors and rebuild the reflectors (no waiting: "
                                                           "programs need not fit the GPU at once)")
     broadcast: str = knob("sum", OneOf(BROADCASTS), "the cooperative panel's panel.broadcast: sum, or shuffle "
                                                   "(the panel held as column groups of 4, where its rows are "

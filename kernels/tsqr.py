@@ -27,29 +27,9 @@ import triton
 import triton.language as tl
 
 from .launch import interpreted, pdl_launch, wait_for_previous
-from .panel import (by_rows, column_sums, factor_grouped, householder_panel, load_slice, padded_width, reflect,
-                    shuffle_layout_holds, store_v, unit_lower)
+from .panel import factor_grouped, factor_summing, householder_panel, load_slice, row_slices, store_v, unit_lower
 from .precision import dot_prec
 from .scratch import scratch
-
-
-@triton.jit
-def factor_summing(P, rows, cols, UNROLL: tl.constexpr):
-    """All reflectors of the (BL, BB) tile P, whose rows start at the panel's diagonal (rows: 0..BL-1),
-    by panel.column_sums and reflect: (P, T, taus). UNROLL as householder_panel_kernel's."""
-    BB: tl.constexpr = P.shape[1]
-    T = tl.zeros((BB, BB), dtype=tl.float32)
-    taus = tl.zeros((BB,), dtype=tl.float32)
-    if UNROLL == 0:
-        for k in range(0, BB):
-            x, tail, row_k, proj = column_sums(P, rows, cols, k, False)
-            P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, False)
-    else:
-        for k0 in range(0, BB, UNROLL):
-            for r in tl.static_range(UNROLL):
-                x, tail, row_k, proj = column_sums(P, rows, cols, k0 + r, False)
-                P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k0 + r, False)
-    return P, T, taus
 
 
 @triton.jit
@@ -247,14 +227,11 @@ def tsqr_panel(src, dst, tau, T, V, j, bw, *, programs, knobs, broadcast="sum", 
     columns into reflectors."""
     batch, n, _ = dst.shape
     L = n - j
-    BB = padded_width(bw)
+    NC = programs
+    BB, BR, num_warps, grouped = row_slices(n, j, bw, NC, knobs, broadcast)
     if bw != BB:
         householder_panel(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off, v_row_off=v_row_off)
         return
-    NC = programs
-    BR = max(BB, triton.next_power_of_2(triton.cdiv(L, NC)))
-    num_warps = by_rows(knobs.num_warps, BR)
-    grouped = broadcast == "shuffle" and shuffle_layout_holds(n, j, bw, BB, BR, num_warps)
     local = scratch("tsqr_local", (batch, NC * BR, BB), dst.dtype, dst.device)
     tloc = scratch("tsqr_t", (batch, NC, BB, BB), dst.dtype, dst.device)
     x = scratch("tsqr_x", (batch, NC * BB, BB), dst.dtype, dst.device)
