@@ -20,9 +20,13 @@ from dataclasses import dataclass, field, fields
 # The split precisions of a tensor-core product (kernels/precision.py computes them).
 PRECISIONS = ("fp32", "tf32", "tf32x3", "fp16x3", "fp16x2lo", "fp16")
 # Driver names; routing.py binds each to the function named qr_<name>.
-DRIVERS = ("geqrf", "blocked", "twolevel", "coop")
+DRIVERS = ("geqrf", "blocked", "twolevel", "coop", "warp")
 # PanelKnobs.broadcast (panel.py): how column k of the panel reaches every lane of its row.
 BROADCASTS = ("sum", "shuffle")
+# The warp driver (warp.py) holds a matrix's columns one a lane: its routes end at this n.
+WARP_MAX_N = 32
+# Drivers that read the panel, strip and precision knobs (geqrf reads none, warp only graph's).
+PANEL_DRIVERS = ("blocked", "twolevel", "coop")
 # Drivers built from inner panels inside outer blocks (they read `twolevel`).
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
 # How the cooperative panel's programs combine their rows: partial sums exchanged per reflector
@@ -344,7 +348,8 @@ class Settings:
 # Section name -> its knob group; the order of the variant files.
 SECTIONS = {"panel": PanelKnobs, "strip": StripKnobs, "precision": PrecisionKnobs,
             "twolevel": TwoLevelKnobs, "coop": CoopKnobs, "graph": GraphKnobs}
-DRIVER_DOC = "geqrf (torch), blocked (single-level), twolevel, coop (cooperative two-level)"
+DRIVER_DOC = ("geqrf (torch), blocked (single-level), twolevel, coop (cooperative two-level), warp (the whole "
+              f"QR in one warp a matrix, a column a lane: n <= {WARP_MAX_N}; it reads only the graph knobs)")
 
 
 def value_problems(group) -> list:
@@ -357,14 +362,18 @@ def value_problems(group) -> list:
     return out
 
 
-def route_problems(driver: str, sections: dict) -> list:
-    """[(knob path, message)] for rules between a route's knobs that the drivers rely on.
+def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> list:
+    """[(knob path, message)] for rules between a route's knobs (and its n range) that the drivers
+    rely on.
 
     `sections` maps section name -> knob group. Only values valid on their own are compared.
     """
     out = []
     if OneOf(DRIVERS).problem(driver):
         return out
+    if driver == "warp" and (n_range[1] is None or n_range[1] > WARP_MAX_N):
+        out.append((("n",), f"got n {n_range[0]}..{'' if n_range[1] is None else n_range[1]} with driver warp; "
+                    f"allowed: a range that ends at {WARP_MAX_N} or below (a column a lane of one warp)"))
     out += graph_problems(driver, sections["graph"])
     strip = sections["strip"]
     if not value_problems(strip) and strip.split_rows and strip.split_rows < strip.bm:
@@ -453,7 +462,7 @@ class Route:
         problems = [f"{section}.{name}: {allowed}" for section in SECTIONS
                     for name, allowed in value_problems(getattr(self, section))]
         problems += [f"{'.'.join(path)}: {message}"
-                     for path, message in route_problems(self.driver, self.sections())]
+                     for path, message in route_problems(self.driver, self.sections(), self.n_range)]
         if OneOf(DRIVERS).problem(self.driver):
             problems.append(f"driver: {OneOf(DRIVERS).problem(self.driver)}")
         if problems:

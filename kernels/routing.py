@@ -22,6 +22,7 @@ from .fallback import FALLBACK_LINE, STRICT_ENV
 from .graphs import GroupGraphs, InputGraphs, RelocatedGraphs, ShapeGraphs, graph_wanted
 from .launch import dependent_launches, interpreted
 from .plan import DRIVERS
+from .warp import qr_warp
 
 # Each driver name of plan.DRIVERS is the function qr_<name>.
 DRIVER_FUNCTIONS = {name: globals()[f"qr_{name}"] for name in DRIVERS}

@@ -35,7 +35,7 @@ from pathlib import Path
 import jinja2
 
 from qrsub.files import write_atomic
-from qrsub.kernels.plan import TWO_LEVEL_DRIVERS
+from qrsub.kernels.plan import PANEL_DRIVERS, TWO_LEVEL_DRIVERS
 from qrsub.rules import REFUSED_WORD, refused_lines
 from qrsub.variant import Variant, VariantError, find_variant, load_variant
 
@@ -375,7 +375,7 @@ def route_line(r) -> str:
     """One route (plan.Route), compact, for the provenance comment."""
     rng = lambda bounds: f"{bounds[0]}..{'' if bounds[1] is None else bounds[1]}"
     parts = [f"{r.name:<14}", f"n {rng(r.n_range):<11}", f"batch {rng(r.batch_range):<8}", f"{r.driver:<8}"]
-    if r.driver != "geqrf":
+    if r.driver in PANEL_DRIVERS:
         parts += [f"panel b{r.panel.width} w{_warps_text(r.panel.num_warps)}",
                   f"strip {r.strip.bm}x{r.strip.bn} s{r.strip.num_stages} w{r.strip.num_warps}",
                   f"prec {r.precision.project}/{r.precision.tcontract}/{r.precision.apply}"]

@@ -73,6 +73,8 @@ GROUPS: tuple[KernelGroup, ...] = (
     KernelGroup("TSQR panel", "each program factors its slice of a tall panel, a second launch combines "
                 "them, a third writes its rows (kernels/tsqr.py, coop.exchange: tsqr)",
                 kernels=("tsqr_local_kernel", "tsqr_combine_kernel", "tsqr_apply_kernel")),
+    KernelGroup("warp QR", "one warp factors a whole matrix of n <= 32, a column a lane (kernels/warp.py, "
+                "driver: warp)", kernels=("warp_qr_kernel",)),
     KernelGroup("strip", "the trailing update by a panel's reflectors (kernels/strip.py; fused_strip_kernel: "
                 "strip.fuse_next's pass that also projects the next panel's)",
                 kernels=("trailing_strip_kernel", "project_split_kernel", "apply_split_kernel",

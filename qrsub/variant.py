@@ -455,7 +455,7 @@ def _resolve_route(route: Any, loc: Loc, defaults: LMap, errors: _Errors) -> pla
     sections = {section: group(**{p[1]: v for p, v in values.items() if p[0] == section})
                 for section, group in plan.SECTIONS.items()}
     driver = values[("driver",)]
-    for path, message in plan.route_problems(driver, sections):
+    for path, message in plan.route_problems(driver, sections, n_range):
         errors.add(_loc_of(path, route, defaults), f"{where}{'.'.join(path)}", message)
     if len(errors.items) > before:
         return None

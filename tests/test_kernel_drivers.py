@@ -11,13 +11,16 @@ from qrsub.kernels.routing import DRIVER_FUNCTIONS as DRIVERS
 SHAPES = [1, 2, 5, 16, 23, 40]
 
 
-@pytest.mark.parametrize("driver", ["blocked", "twolevel", "coop"])
+@pytest.mark.parametrize("driver", ["blocked", "twolevel", "coop", "warp"])
 @pytest.mark.parametrize("n", SHAPES)
 def test_driver_matches_geqrf_and_passes_the_gate(driver, n):
     if driver in plan.TWO_LEVEL_DRIVERS and n < 16:
         pytest.skip("two-level drivers take n >= panel width (routes send small n elsewhere)")
+    if driver == "warp" and n > plan.WARP_MAX_N:
+        pytest.skip(f"the warp driver takes n <= {plan.WARP_MAX_N}")
     A = special_matrices(n)
-    knobs = route(driver=driver, panel=dict(width=16 if driver != "blocked" else 8), coop=dict(max_rows=20))
+    knobs = route(driver=driver, panel=dict(width=16 if driver != "blocked" else 8), coop=dict(max_rows=20),
+                  n_range=(1, plan.WARP_MAX_N) if driver == "warp" else (1, None))
     before = A.clone()
     H, tau = DRIVERS[driver](A, knobs)
     assert torch.equal(A, before), "drivers must not write to their input"

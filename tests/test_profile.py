@@ -27,6 +27,7 @@ UNKNOWN = "void at::native::triu_tril_kernel<float, int, true, 4, true>(at::cuda
 
 EXPECTED_GROUPS = {
     "householder_panel_kernel": "panel",
+    "warp_qr_kernel": "warp QR",
     "coop_panel_kernel": "coop panel",
     "tsqr_combine_kernel": "TSQR panel",
     "trailing_strip_kernel": "strip",

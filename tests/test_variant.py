@@ -392,6 +392,9 @@ def test_variations_differ_from_the_champion_only_where_they_say():
     assert load_variant(VARIANTS / "b200.yaml").gpu == "B200"
     assert diff("champion-concurrent.yaml") == ["route mid: graph.mode: relocate -> concurrent",
                                                 "route mid: graph.groups: 0 -> 10"]
+    assert diff("champion-warp.yaml") == ["route warp: only in champion-warp"]
+    warp = load_variant(VARIANTS / "champion-warp.yaml")
+    assert (warp.route_for(32, 20).driver, warp.route_for(33, 20).name) == ("warp", "tiny")
 
 
 def test_concurrent_groups_serve_640x512_in_champion_concurrent_only():

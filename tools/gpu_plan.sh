@@ -45,9 +45,10 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1): at 640x512 the mid panel's loop unrolled 2
-# reflectors at a time (no spill, where 4 spills 144 bytes a thread: fifteenth session).
-AT_SMALL=""
+# champion's own code, so its ratio there is 1): at 20x32 the warp driver (one warp a matrix, a
+# column a lane: sixteenth session); at 640x512 the mid panel's loop unrolled 2 reflectors at a
+# time (no spill, where 4 spills 144 bytes a thread: fifteenth session).
+AT_SMALL="variants/champion-warp.yaml"
 AT_512="variants/champion-midunroll2.yaml"
 AT_1024=""
 AT_2048_UP=""
@@ -74,7 +75,7 @@ check)
     bench coop 5,6 70 $AT_2048_UP
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "coop-grouped or coop-spin or tsqr or (several_programs and spin)" \
+        -k "warp_driver or coop-grouped or coop-spin or tsqr or (several_programs and spin)" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     # Where the champion's 640x512 time goes, with the stall reasons (about 15 s): `bash $0 ncu` below.
     bash "$0" ncu variants/champion.yaml 3 > /dev/null 2>&1 && echo "ncu of the champion: in $OUT"

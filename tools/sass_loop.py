@@ -82,13 +82,15 @@ def argument_type(name: str, int_ptrs=()) -> str:
 
 def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=()):
     """fn compiled for sm_90: every argument not in constants a pointer (named *_ptr) or an int,
-    all divisible by 16. A relocation slot (*_SLOT) not given is NO_SLOT, and PDL, V_PARTS, LATE_WAIT and TAIL
+    all divisible by 16 but those fn does not specialize on alignment (as the launcher). A relocation slot (*_SLOT) not given is NO_SLOT, and PDL, V_PARTS, LATE_WAIT and TAIL
     are off unless given."""
     defaults = {a: -1 for a in fn.arg_names if a.endswith("_SLOT")}
     defaults.update({a: False for a in ("PDL", "V_PARTS", "LATE_WAIT", "TAIL") if a in fn.arg_names})
     constants = {**defaults, **constants}
     signature = {a: "constexpr" if a in constants else argument_type(a, int_ptrs) for a in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a not in constants}
+    unaligned = set(getattr(fn, "do_not_specialize_on_alignment", ()))
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
+             if a not in constants and a not in unaligned and i not in unaligned}
     try:
         source = ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
     except TypeError:  # Triton 3.6 names them constants

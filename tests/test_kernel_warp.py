@@ -1,0 +1,74 @@
+"""The warp driver (kernels/warp.py): a whole QR of n <= 32 in one warp, a column a lane.
+
+On the interpreter the column broadcast is a sum over the lanes (no inline assembly there), so
+these tests check the arithmetic against the unblocked reference; the indexed shuffle and the
+layout it needs have the compile check below (Triton's compiler for sm_90, no GPU) and the GPU
+twin test_warp_driver_on_gpu in test_gpu_kernels.py.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from kernel_helpers import SETTINGS, harness_check, route, special_matrices
+
+from qrsub.kernels import plan, routing
+from qrsub.kernels.naive import panel_ref
+from qrsub.kernels.warp import warp_qr
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 16, 17, 31, 32])
+def test_warp_qr_matches_the_unblocked_reference(n):
+    """Random, a zero column, all zeros, identity, rank deficient; outputs start as NaN, so every
+    entry of H and tau must be written."""
+    A = special_matrices(n)
+    H = torch.full_like(A, float("nan"))
+    tau = torch.full((A.shape[0], n), float("nan"), device=A.device)
+    before = A.clone()
+    warp_qr(A, H, tau)
+    assert torch.equal(A, before), "the kernel must not write to its input"
+    for i in range(A.shape[0]):
+        P, tau_ref, _, _ = panel_ref(A[i].double().cpu())  # one panel as wide as the matrix
+        torch.testing.assert_close(H[i].double().cpu(), P, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(tau[i].double().cpu(), tau_ref, atol=2e-5, rtol=1e-4)
+
+
+def test_a_zero_tail_gives_tau_zero_and_keeps_the_column():
+    A = torch.triu(torch.randn(2, 12, 12)).to(special_matrices(1).device)  # every tail exactly zero
+    H, tau = torch.empty_like(A), torch.empty(2, 12, device=A.device)
+    warp_qr(A, H, tau)
+    assert torch.equal(tau, torch.zeros_like(tau))
+    assert torch.equal(H, A)
+
+
+def test_the_warp_route_passes_the_harness_gate():
+    A = special_matrices(32, batch=6, seed=3)
+    H, tau = routing.qr_routed(A, [route("warp-gate", driver="warp", n_range=(1, 32))], SETTINGS)
+    assert harness_check(A, H, tau) < 0.5
+
+
+def test_warp_routes_end_at_32():
+    with pytest.raises(ValueError, match=r"n: got n 1\.\.64 with driver warp.*ends at 32"):
+        route("too-tall", driver="warp", n_range=(1, 64))
+    with pytest.raises(ValueError, match=r"n: got n 1\.\. with driver warp"):
+        route("open", driver="warp")
+    with pytest.raises(ValueError, match="n <= 32"):
+        warp_qr(torch.zeros(1, 33, 33), torch.zeros(1, 33, 33), torch.zeros(1, 33))
+
+
+def test_the_warp_tile_is_a_column_a_lane():
+    """lane_broadcast's shuffle reads column k from lane k, row by row, which holds only where
+    the tile is laid out one column a lane with every row in the lane's registers. The
+    interpreter cannot see layouts, so this compiles the kernel for sm_90 (tools/sass_loop.py)
+    and reads the load's layout: with n specialized on its alignment Triton would load 4 columns
+    a lane (16-byte loads) and the shuffle would mix columns."""
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_loop.py"), "--kernel", "warp.warp_qr_kernel",
+                          "--warps", "1", "--const", f"NB={plan.WARP_MAX_N}", "--const", "SHUFFLE=True",
+                          "--load-layouts"],
+                         capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
+    loads = [line for line in run.stdout.splitlines() if line.startswith("load:")]
+    assert loads == ["load: sizePerThread = [1, 1], threadsPerWarp = [1, 32], warpsPerCTA = [1, 1], order = [1, 0]"]
