@@ -102,20 +102,26 @@ class InputGraphs:
         self.seen = {}  # shape key -> {input key: weak input called once}, oldest first
 
     def run(self, shape_key, driver, A, head: int = 0):
-        key = (A.data_ptr(), tuple(A.stride()))
-        graphs = self.graphs.setdefault(shape_key, {})
+        key = (A.data_ptr(), A.stride())
+        graphs = self.graphs.get(shape_key)
+        if graphs is None:
+            graphs = self.graphs[shape_key] = {}
         entry = graphs.pop(key, None)
-        if entry is not None and entry[0]() is not A:
-            entry = None  # another tensor at a freed one's address: its graph's outputs may be held
-        if entry is None:
-            seen = self.seen.setdefault(shape_key, {})
-            seen_ref = seen.pop(key, None)
-            if seen_ref is None or seen_ref() is not A:
-                seen[key] = weakref.ref(A)
-                if len(seen) > INPLACE_SEEN_INPUTS:
-                    del seen[next(iter(seen))]
-                return driver(A)
-            entry = (weakref.ref(A), *self.capture(driver, A, head))
+        if entry is not None and entry[0]() is A:
+            # The common call, first: a replay, which adds no graph (nothing to trim).
+            graphs[key] = entry  # now the most recently used
+            entry[1].replay()
+            return entry[2]
+        # No graph, or another tensor's at a freed one's address (whose outputs may be held): a
+        # first call runs eagerly, a second captures.
+        seen = self.seen.setdefault(shape_key, {})
+        seen_ref = seen.pop(key, None)
+        if seen_ref is None or seen_ref() is not A:
+            seen[key] = weakref.ref(A)
+            if len(seen) > INPLACE_SEEN_INPUTS:
+                del seen[next(iter(seen))]
+            return driver(A)
+        entry = (weakref.ref(A), *self.capture(driver, A, head))
         graphs[key] = entry  # now the most recently used
         self.trim(graphs, A)
         _input, graph, out = entry

@@ -64,6 +64,7 @@ CONCURRENT_REFUSED = {
                 "the capturing queue, the same for every group), which concurrent branches would race on",
     "coop": "its panel programs spin until all of a matrix's programs run, which other branches filling "
             "the GPU could prevent forever",
+    "warp": "it factors a call in one launch: there is nothing to overlap",
 }
 CONCURRENT_DRIVERS = tuple(d for d in DRIVERS if d not in CONCURRENT_REFUSED)
 # graph.mode relocate moves every pointer into the input and the outputs by a table (relocate.py),

@@ -59,7 +59,7 @@ def qr(A: torch.Tensor, route, out=None):
 
 
 def fell_back(route) -> bool:
-    return any(name == route.name for name, _ in FALLBACKS)
+    return bool(FALLBACKS) and any(name == route.name for name, _ in FALLBACKS)
 
 
 def runnable(A: torch.Tensor, route) -> bool:
@@ -79,10 +79,17 @@ def fall_back(route, err: Exception):
     print(FALLBACK_LINE.format(route=route.name, reason=reason), file=sys.stderr, flush=True)
 
 
+def graph_key(route, A) -> tuple:
+    """The key of the route's graphs for A's shape in every store: (name, A.shape, A.device),
+    a torch.Size (equal to the plain tuple) and a torch.device (cheaper than its name: at 20x32
+    a call's host time is what the GPU waits for)."""
+    return route.name, A.shape, A.device
+
+
 def run_graphed(route, settings, driver, A):
     """The route's call through its graphs: concurrent batch groups, one graph per input tensor,
     one graph per shape replayed where the input lies (relocate), or one per shape with copies."""
-    key = (route.name, tuple(A.shape), str(A.device))
+    key = graph_key(route, A)
     if route.graph.mode == "concurrent":
         return _GROUP_GRAPHS.run(key, driver, A, route.graph.groups)
     head = route.graph.head

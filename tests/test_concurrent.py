@@ -110,7 +110,7 @@ def test_routing_sends_a_concurrent_route_to_its_groups(monkeypatch):
     monkeypatch.setattr(routing._GRAPHS, "run", lambda *args: pytest.fail("the per-shape graphs ran"))
     A = torch.zeros(4, 8, 8)
     routing.run_graphed(route("cc", graph=dict(mode="concurrent", groups=3)), SETTINGS, None, A)
-    assert calls == [(("cc", (4, 8, 8), "cpu"), 3)]
+    assert calls == [(("cc", (4, 8, 8), torch.device("cpu")), 3)]
 
 
 # ---------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def test_the_branches_are_child_graphs_without_edges():
     r = concurrent_route("cc-structure", groups=4)
     A = matrices(7)
     routing.qr_routed(A, [r], SETTINGS)
-    graph = routing._GROUP_GRAPHS.graphs[("cc-structure", tuple(A.shape), str(A.device))][0]
+    graph = routing._GROUP_GRAPHS.graphs[("cc-structure", tuple(A.shape), A.device)][0]
     raw = graph.raw_cuda_graph()
     _, count = checked(runtime.cudaGraphGetRootNodes(raw, 0))
     roots, count = checked(runtime.cudaGraphGetRootNodes(raw, count))

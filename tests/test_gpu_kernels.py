@@ -266,7 +266,7 @@ def test_relocated_graphs_replay_any_input_into_fresh_outputs(strip):
         torch.testing.assert_close(H, H_ref, rtol=0, atol=0)
         torch.testing.assert_close(tau, tau_ref, rtol=0, atol=0)
     assert len({H.data_ptr() for H, _ in outputs}) == len(outputs)
-    key = (name, (4, 200, 200), "cuda:0")
+    key = (name, (4, 200, 200), torch.device("cuda:0"))
     assert key in routing._RELOCATED_GRAPHS.graphs, "the route ran through its graph"
 
 
@@ -293,7 +293,7 @@ def test_a_graph_with_a_head_replays_the_bits_of_one_graph(mode, driver, n, head
         torch.testing.assert_close(tau, tau_ref, rtol=0, atol=0)
     stores = {"capture": routing._GRAPHS.graphs, "relocate": routing._RELOCATED_GRAPHS.graphs}
     if mode in stores:
-        graph = stores[mode][(graphed.name, (3, n, n), "cuda:0")][0]
+        graph = stores[mode][(graphed.name, (3, n, n), torch.device("cuda:0"))][0]
         assert isinstance(graph, SplitGraph) and len(graph.parts) == 2
 
 
