@@ -60,15 +60,25 @@ def test_warp_routes_end_at_32():
         warp_qr(torch.zeros(1, 33, 33), torch.zeros(1, 33, 33), torch.zeros(1, 33))
 
 
-def test_the_warp_tile_is_a_column_a_lane():
+COLUMN_A_LANE = "sizePerThread = [1, 1], threadsPerWarp = [1, 32], warpsPerCTA = [1, 1], order = [1, 0]"
+
+
+def compiled_layouts(flag: str) -> list:
+    """Each line tools/sass_loop.py prints with FLAG for warp_qr_kernel compiled for sm_90."""
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_loop.py"), "--kernel", "warp.warp_qr_kernel",
+                          "--warps", "1", "--const", f"NB={plan.WARP_MAX_N}", "--const", "SHUFFLE=True", flag],
+                         capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
+    return run.stdout.splitlines()
+
+
+def test_the_warp_tile_is_a_column_a_lane_where_it_is_shuffled():
     """lane_broadcast's shuffle reads column k from lane k, row by row, which holds only where
     the tile is laid out one column a lane with every row in the lane's registers. The
     interpreter cannot see layouts, so this compiles the kernel for sm_90 (tools/sass_loop.py)
-    and reads the load's layout: with n specialized on its alignment Triton would load 4 columns
-    a lane (16-byte loads) and the shuffle would mix columns."""
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_loop.py"), "--kernel", "warp.warp_qr_kernel",
-                          "--warps", "1", "--const", f"NB={plan.WARP_MAX_N}", "--const", "SHUFFLE=True",
-                          "--load-layouts"],
-                         capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
-    loads = [line for line in run.stdout.splitlines() if line.startswith("load:")]
-    assert loads == ["load: sizePerThread = [1, 1], threadsPerWarp = [1, 32], warpsPerCTA = [1, 1], order = [1, 0]"]
+    and reads the load's layout and the layout each shuffle reads: with n specialized on its
+    alignment Triton would load 4 columns a lane (16-byte loads) and the shuffle would mix
+    columns."""
+    assert compiled_layouts("--load-layouts") == [f"load: {COLUMN_A_LANE}"]
+    shuffles = compiled_layouts("--asm-layouts")
+    assert len(shuffles) == plan.WARP_MAX_N, "one shuffle op a reflector"
+    assert set(shuffles) == {f"asm: {COLUMN_A_LANE}"}

@@ -21,6 +21,12 @@ Any other kernel of kernels/, by module.name and its compile-time constants:
     python tools/sass_loop.py --kernel strip.fused_strip_kernel ... --const V_PARTS=True \\
         --int-ptr va_ptr --int-ptr vb_ptr        # strip.v_parts: V's fp16x3 parts packed in int32
 
+The warp driver's QR (kernels/warp.py), and the layouts its load and its shuffles get:
+
+    python tools/sass_loop.py --kernel warp.warp_qr_kernel --warps 1 --const NB=32 --const SHUFFLE=True
+    python tools/sass_loop.py --kernel warp.warp_qr_kernel --warps 1 --const NB=32 --const SHUFFLE=True \\
+        --load-layouts        # or --asm-layouts
+
 Registers and spills depend on Triton's version: the H200 runs Triton 3.6, and the CPU
 machine's newer Triton can differ a lot (the fused strip's projection-only pass: 131
 registers and no shared-memory pipeline with 3.9, 253 registers with 3.6, as the device's
@@ -135,6 +141,13 @@ def load_layouts(ttgir: str) -> list:
     return [layouts.get(name, name) for name in re.findall(r"tt\.load .*?#(\w+)>", ttgir)]
 
 
+def asm_layouts(ttgir: str) -> list:
+    """The register layout of each inline assembly op's first operand (Triton's TTGIR): the warp
+    driver's shuffle reads its tile in the layout the load gave it, with no conversion between."""
+    layouts = dict(re.findall(r"^#(\w+) = #ttg\.blocked<\{([^}]*)\}>", ttgir, re.M))
+    return [layouts.get(name, name) for name in re.findall(r"elementwise_inline_asm .*?: tensor<[^,]*, #(\w+)>", ttgir)]
+
+
 def inline_asm_blocks(ptx: str) -> list:
     """(text, operand registers never written outside inline assembly) of each inline assembly
     block in the PTX. Triton packs PACK values a thread into one block; where a thread holds
@@ -186,6 +199,9 @@ def main():
     parser.add_argument("--ops", type=int, default=8, help="how many of a loop's most common opcodes to print")
     parser.add_argument("--load-layouts", action="store_true",
                         help="print each load's register layout (Triton's TTGIR) instead of the SASS counts")
+    parser.add_argument("--asm-layouts", action="store_true",
+                        help="print the register layout each inline assembly op reads (Triton's TTGIR), one "
+                             "line an op, instead of the SASS counts")
     parser.add_argument("--asm-loops", action="store_true",
                         help="print each inline assembly block that loops (coop.settled_sums_ptx), with any operand "
                              "nothing writes, instead of the SASS counts")
@@ -200,6 +216,10 @@ def main():
     if args.load_layouts:
         for layout in load_layouts(kernel.asm["ttgir"]):
             print(f"load: {layout}")
+        return
+    if args.asm_layouts:
+        for layout in asm_layouts(kernel.asm["ttgir"]):
+            print(f"asm: {layout}")
         return
     if args.asm_loops:
         for text, undefined in inline_asm_blocks(kernel.asm["ptx"]):
