@@ -43,6 +43,14 @@ def row_masks(rows, k, BELOW: tl.constexpr):
 
 
 @triton.jit
+def neg_zeros(shape):
+    """A tile of -0.0 (the bits 0x80000000): the masked-out terms of a sum, which the compiler drops
+    where the mask is known at compile time (s + -0.0 is s for every s; s + 0.0 turns -0.0 into
+    +0.0, so that addition must stay)."""
+    return tl.full(shape, -2147483648, tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def column_sums(P, rows, cols, k, BELOW: tl.constexpr):
     """(x, tail, row_k, proj) of the panel slice P for reflector k: x is column k,
     tail its part below row k; row_k and proj are sums over this slice's rows
@@ -52,7 +60,7 @@ def column_sums(P, rows, cols, k, BELOW: tl.constexpr):
     for every s, so where the mask is known at compile time (PanelKnobs.unroll) the
     compiler drops those additions; s + 0.0 it must keep, since it turns -0.0 into +0.0
     (ptxas, BL 512 x BB 32 at unroll 4: 714 instructions per reflector instead of 750)."""
-    neg_zero = tl.full(P.shape, -2147483648, tl.int32).to(tl.float32, bitcast=True)  # 0x80000000
+    neg_zero = neg_zeros(P.shape)
     below, at = row_masks(rows, k, BELOW)
     x = tl.sum(tl.where((cols == k)[None, :], P, neg_zero), axis=1)
     tail = tl.where(below, x, 0.0)
@@ -125,7 +133,7 @@ def group_broadcast(xg, k, SHUFFLE: tl.constexpr):
 def grouped_sums(P, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr, BELOW: tl.constexpr):
     """column_sums for the panel held as (BL, G, 4) (grouped_step): (x, tail, row_k, proj), each
     row vector (BL, G), one copy per column group, and row_k and proj (G, 4)."""
-    neg_zero = tl.full(P.shape, -2147483648, tl.int32).to(tl.float32, bitcast=True)  # see column_sums
+    neg_zero = neg_zeros(P.shape)
     below, at = row_masks(rows, k, BELOW)
     xg = tl.sum(tl.where((cols % 4 == k % 4)[None, :, :], P, neg_zero), axis=2)  # within a thread
     x = group_broadcast(xg, k - C0, SHUFFLE)

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from .blocked import new_outputs
 from .launch import interpreted
-from .panel import reflector
+from .panel import neg_zeros, reflector
 from .plan import WARP_MAX_N
 from .relocate import moved, relocation_args
 
@@ -45,8 +45,8 @@ def lane_broadcast(P, k, SHUFFLE: tl.constexpr):
 @triton.jit
 def row_sum(X, keep):
     """sum over rows of X where keep (a row mask the compiler knows), as ROW_CHAINS interleaved chains:
-    masked terms are -0.0, which the compiler drops (s + -0.0 == s for every s)."""
-    neg_zero = tl.full(X.shape, -2147483648, tl.int32).to(tl.float32, bitcast=True)
+    masked terms are -0.0 (panel.neg_zeros), which the compiler drops."""
+    neg_zero = neg_zeros(X.shape)
     rows = tl.arange(0, X.shape[0])[:, None]
     total = tl.sum(tl.where(keep & (rows % ROW_CHAINS == 0), X, neg_zero), axis=0)
     for q in tl.static_range(1, ROW_CHAINS):

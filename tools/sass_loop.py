@@ -88,8 +88,9 @@ def argument_type(name: str, int_ptrs=()) -> str:
 
 def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=()):
     """fn compiled for sm_90: every argument not in constants a pointer (named *_ptr) or an int,
-    all divisible by 16 but those fn does not specialize on alignment (as the launcher). A relocation slot (*_SLOT) not given is NO_SLOT, and PDL, V_PARTS, LATE_WAIT and TAIL
-    are off unless given."""
+    all divisible by 16 but those fn does not specialize on alignment (as the launcher). A
+    relocation slot (*_SLOT) not given is NO_SLOT, and PDL, V_PARTS, LATE_WAIT and TAIL are off
+    unless given."""
     defaults = {a: -1 for a in fn.arg_names if a.endswith("_SLOT")}
     defaults.update({a: False for a in ("PDL", "V_PARTS", "LATE_WAIT", "TAIL") if a in fn.arg_names})
     constants = {**defaults, **constants}
@@ -134,18 +135,23 @@ def loop_bodies(sass):
     return bodies
 
 
-def load_layouts(ttgir: str) -> list:
-    """The blocked layout (sizePerThread, threadsPerWarp, ...) of each tt.load, in program order:
-    the grouped panel's indexed shuffle needs its tile's load at 4 columns a thread."""
+def named_layouts(ttgir: str, op_layout: str) -> list:
+    """The blocked layout (sizePerThread, threadsPerWarp, ...) of each op that the regex OP_LAYOUT
+    finds in the TTGIR, in program order (its group: the layout's name)."""
     layouts = dict(re.findall(r"^#(\w+) = #ttg\.blocked<\{([^}]*)\}>", ttgir, re.M))
-    return [layouts.get(name, name) for name in re.findall(r"tt\.load .*?#(\w+)>", ttgir)]
+    return [layouts.get(name, name) for name in re.findall(op_layout, ttgir)]
+
+
+def load_layouts(ttgir: str) -> list:
+    """Each tt.load's layout: the grouped panel's indexed shuffle needs its tile's load at 4
+    columns a thread."""
+    return named_layouts(ttgir, r"tt\.load .*?#(\w+)>")
 
 
 def asm_layouts(ttgir: str) -> list:
-    """The register layout of each inline assembly op's first operand (Triton's TTGIR): the warp
-    driver's shuffle reads its tile in the layout the load gave it, with no conversion between."""
-    layouts = dict(re.findall(r"^#(\w+) = #ttg\.blocked<\{([^}]*)\}>", ttgir, re.M))
-    return [layouts.get(name, name) for name in re.findall(r"elementwise_inline_asm .*?: tensor<[^,]*, #(\w+)>", ttgir)]
+    """The layout of each inline assembly op's first operand: the warp driver's shuffle reads its
+    tile in the layout the load gave it, with no conversion between."""
+    return named_layouts(ttgir, r"elementwise_inline_asm .*?: tensor<[^,]*, #(\w+)>")
 
 
 def inline_asm_blocks(ptx: str) -> list:
