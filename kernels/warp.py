@@ -84,7 +84,7 @@ def scale_rows(P, scales, rows, cols):
     return tl.where(rows > cols, P * scales[None, :], P)
 
 
-@triton.jit(do_not_specialize_on_alignment=["n"])
+@triton.jit(do_not_specialize=["n"])
 def warp_qr_kernel(a_ptr, h_ptr, tau_ptr, table_ptr, n,
                    NB: tl.constexpr, SHUFFLE: tl.constexpr,
                    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, TAU_SLOT: tl.constexpr):
@@ -93,9 +93,11 @@ def warp_qr_kernel(a_ptr, h_ptr, tau_ptr, table_ptr, n,
 
     Lane c holds column c as NB registers, rows padded with zeros to NB; columns past n are
     zero, so their reflectors are the identity (tau 0) and are not stored. n is not specialized
-    on its alignment: the load then moves one value a lane and Triton lays the tile out a
-    column a lane, the layout lane_broadcast relies on (a 16-divisible n would give 16-byte
-    loads, 4 columns a lane). a, h and tau move by the relocation table's slots (relocate.py)."""
+    at all: the load then moves one value a lane and Triton lays the tile out a column a lane,
+    the layout lane_broadcast relies on. Specialized, a 16-divisible n gives 16-byte loads (4
+    columns a lane) and n = 1 becomes a constant whose offsets are contiguous down the rows too;
+    either way the shuffle would mix columns. a, h and tau move by the relocation table's slots
+    (relocate.py)."""
     a_ptr = moved(a_ptr, table_ptr, SRC_SLOT)
     h_ptr = moved(h_ptr, table_ptr, DST_SLOT)
     tau_ptr = moved(tau_ptr, table_ptr, TAU_SLOT)

@@ -71,6 +71,26 @@ def compiled_layouts(flag: str) -> list:
     return run.stdout.splitlines()
 
 
+def test_the_launcher_never_specializes_n():
+    """The compile check below sees n as a plain int, as the launcher passes it only when n is
+    not specialized at all: Triton turns an int equal to 1 into a constant, whose offsets are
+    contiguous down the rows as well, and the tile is no longer a column a lane (the first GPU
+    run failed at n = 1 that way, sixteenth session's kernel)."""
+    probe = """
+from triton.backends.compiler import BaseBackend
+from triton.runtime.jit import native_specialize_impl
+from qrsub.kernels.warp import warp_qr_kernel
+(n,) = [p for p in warp_qr_kernel.params if p.name == "n"]
+for value in (1, 16, 32):
+    print(native_specialize_impl(BaseBackend, value, False, not n.do_not_specialize,
+                                 not n.do_not_specialize_on_alignment)[0])
+"""
+    # Compiled mode: the interpreter's kernels have no launcher (and no params).
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
+    assert run.stdout.split() == ["i32"] * 3, f"n reaches the compiler as {run.stdout.split()}"
+
+
 def test_the_warp_tile_is_a_column_a_lane_where_it_is_shuffled():
     """lane_broadcast's shuffle reads column k from lane k, row by row, which holds only where
     the tile is laid out one column a lane with every row in the lane's registers. The

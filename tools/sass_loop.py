@@ -95,9 +95,9 @@ def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=(
     defaults.update({a: False for a in ("PDL", "V_PARTS", "LATE_WAIT", "TAIL") if a in fn.arg_names})
     constants = {**defaults, **constants}
     signature = {a: "constexpr" if a in constants else argument_type(a, int_ptrs) for a in fn.arg_names}
-    unaligned = set(getattr(fn, "do_not_specialize_on_alignment", ()))
+    unaligned = {p.name for p in fn.params if p.do_not_specialize or p.do_not_specialize_on_alignment}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
-             if a not in constants and a not in unaligned and i not in unaligned}
+             if a not in constants and a not in unaligned}
     try:
         source = ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
     except TypeError:  # Triton 3.6 names them constants
