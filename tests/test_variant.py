@@ -358,7 +358,7 @@ def test_geqrf_is_the_starter():
 def test_champion_routes_the_benchmark_shapes():
     v = load_variant(VARIANTS / "champion.yaml")
     assert v.gpu == "H200"
-    assert v.route_for(32, 20).driver == "blocked"
+    assert v.route_for(32, 20).driver == "warp"
     assert v.route_for(176, 40).panel.width == 16
     big = v.route_for(512, 640)
     assert (big.driver, big.panel.width, big.graph.mode) == ("blocked", 32, "relocate")
@@ -374,13 +374,14 @@ def test_variations_differ_from_the_champion_only_where_they_say():
         return diff_variants(champion, load_variant(VARIANTS / name))
 
     nograph = diff("champion-nograph.yaml")
-    assert len(nograph) == 6 and all(line.endswith(tuple(f"graph.mode: {mode} -> off" for mode in
+    assert len(nograph) == 7 and all(line.endswith(tuple(f"graph.mode: {mode} -> off" for mode in
                                                          ("capture", "inplace", "relocate")))
                                      for line in nograph)
     assert diff("champion-inplace.yaml") == [f"route {r}: graph.mode: {mode} -> inplace" for r, mode in
                                              (("small", "relocate"), ("mid", "relocate"), ("huge", "capture"),
                                               ("giant", "capture"))]
     assert diff("champion-capture.yaml") == ["settings.graph_max_numel: 200000000 -> 100000000",
+                                             "route warp: graph.mode: inplace -> capture",
                                              "route tiny: graph.mode: inplace -> capture",
                                              "route small: graph.mode: relocate -> capture",
                                              "route mid: graph.mode: relocate -> capture",
@@ -392,9 +393,11 @@ def test_variations_differ_from_the_champion_only_where_they_say():
     assert load_variant(VARIANTS / "b200.yaml").gpu == "B200"
     assert diff("champion-concurrent.yaml") == ["route mid: graph.mode: relocate -> concurrent",
                                                 "route mid: graph.groups: 0 -> 10"]
-    assert diff("champion-warp.yaml") == ["route warp: only in champion-warp"]
-    warp = load_variant(VARIANTS / "champion-warp.yaml")
-    assert (warp.route_for(32, 20).driver, warp.route_for(33, 20).name) == ("warp", "tiny")
+    assert diff("champion-nowarp.yaml") == ["route warp: only in champion", "route tiny: n: 33..63 -> 1..63"]
+    champion = load_variant(VARIANTS / "champion.yaml")
+    assert (champion.route_for(32, 20).driver, champion.route_for(33, 20).name) == ("warp", "tiny")
+    # the B200 has never run the warp driver's layout: its variant keeps the tiny route
+    assert load_variant(VARIANTS / "champion-b200.yaml").route_for(32, 20).name == "tiny"
 
 
 def test_concurrent_groups_serve_640x512_in_champion_concurrent_only():

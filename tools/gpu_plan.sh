@@ -45,11 +45,10 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1): at 20x32 the warp driver (one warp a matrix, a
-# column a lane: sixteenth session); at 640x512 the mid panel's loop unrolled 2 reflectors at a
-# time (no spill, where 4 spills 144 bytes a thread: fifteenth session).
-AT_SMALL="variants/champion-warp.yaml"
-AT_512="variants/champion-midunroll2.yaml"
+# champion's own code, so its ratio there is 1). None queued: the warp driver was taken and the
+# mid panel's unroll 2 dropped (seventeenth session).
+AT_SMALL=""
+AT_512=""
 AT_1024=""
 AT_2048_UP=""
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
