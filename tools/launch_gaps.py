@@ -8,7 +8,12 @@ host's doing (the GPU had run dry); a gap elsewhere is the GPU's own. It also ti
 enqueue of whole calls against the GPU's elapsed time, as the harness measures it (a CUDA event
 recorded before the call, one after):
 
-    python tools/launch_gaps.py variants/champion.yaml --case 3 [--calls 5] [--rows 60]
+    python tools/launch_gaps.py variants/champion.yaml --case 3 [--calls 5] [--rows 60] [--loops 20]
+
+With --loops, it also runs the harness's repetition: every input of the case called back to
+back between two events, after warm calls on each (graphs captured). It prints the host's time
+a call (the loop's Python and launches, no wait) beside the GPU's (the events): where the two
+are about equal, the host bounds the case and a faster kernel buys nothing.
 
 A GPU tool: it refuses to run without CUDA.
 """
@@ -19,7 +24,7 @@ import time
 from pathlib import Path
 
 import torch
-from call_phases import add_case_arguments, first_input_of_case
+from call_phases import add_case_arguments, first_input_of_case, harness_inputs
 
 # A kernel that began within this many microseconds of its host launch found the GPU idle.
 HOST_BOUND_US = 8.0
@@ -39,6 +44,27 @@ def timed_calls(kernel, x, calls: int) -> list:
         torch.cuda.synchronize()
         rows.append(((t1 - t0) * 1e6, start.elapsed_time(end) * 1e3))
         del out
+    return rows
+
+
+def back_to_back(kernel, inputs: list, loops: int) -> list:
+    """[(host us a call, GPU us a call)] of LOOPS harness repetitions: each input of the list
+    called in turn between two events, the host not waiting inside the loop."""
+    for x in inputs:  # each input's first calls: eager, then its graph's capture
+        for _ in range(3):
+            kernel(x)
+    rows = []
+    for _ in range(loops):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        start.record()
+        for x in inputs:
+            kernel(x)
+        end.record()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        rows.append(((t1 - t0) * 1e6 / len(inputs), start.elapsed_time(end) * 1e3 / len(inputs)))
     return rows
 
 
@@ -92,6 +118,8 @@ def main() -> None:
     add_case_arguments(parser)
     parser.add_argument("--calls", type=int, default=5, help="calls timed for host enqueue against GPU time")
     parser.add_argument("--rows", type=int, default=60, help="launches listed (the totals count all)")
+    parser.add_argument("--loops", type=int, default=0,
+                        help="harness repetitions timed back to back over all the case's inputs (0: none)")
     parser.add_argument("--json", type=Path, help="also write the launches here")
     args = parser.parse_args()
     from torch.profiler import ProfilerActivity, profile
@@ -99,6 +127,10 @@ def main() -> None:
         module, spec, x = first_input_of_case(args, Path(tmp), "_launch_gaps", warm_calls=3)
         for enq, gpu in timed_calls(module.custom_kernel, x, args.calls):
             print(f"call: host enqueue {enq:9.1f} us, GPU events {gpu:9.1f} us")
+        if args.loops:
+            inputs = harness_inputs(spec)
+            for host, gpu in back_to_back(module.custom_kernel, inputs, args.loops):
+                print(f"back to back over {len(inputs)} inputs: host {host:8.2f} us a call, GPU {gpu:8.2f} us a call")
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             torch.cuda.synchronize()
             module.custom_kernel(x)
