@@ -100,8 +100,30 @@ class InputGraphs:
         # shape key -> {input key: (weak input, graph, outputs)}, least recently used first
         self.graphs = {}
         self.seen = {}  # shape key -> {input key: weak input called once}, oldest first
+        # input address -> (owner, shape key, input key, shape) of the graph last captured there
+        self.addresses = {}
 
-    def run(self, shape_key, driver, A, head: int = 0):
+    def replay(self, A, owner):
+        """A's graph replayed, and its outputs, if this tensor (with its present shape and
+        strides) has a graph captured under OWNER (the caller's list of routes, whose route
+        for A's shape cannot change); else None. qr_routed looks here before it picks a route,
+        whose selection and checks would cost more host time than the lookup (20x32's kernel
+        takes only a few microseconds)."""
+        found = self.addresses.get(A.data_ptr())
+        if found is None or found[0] is not owner:
+            return None
+        _owner, shape_key, key, shape = found
+        graphs = self.graphs.get(shape_key)
+        entry = None if graphs is None else graphs.get(key)
+        if entry is None or entry[0]() is not A or A.stride() != key[1] or A.shape != shape:
+            return None
+        graphs[key] = graphs.pop(key)  # now the most recently used
+        entry[1].replay()
+        return entry[2]
+
+    def run(self, shape_key, driver, A, head: int = 0, owner=None):
+        """A's outputs: a replay of its graph, else an eager call (its first) or a capture (its
+        second). OWNER, if given, lets replay() find the graph captured here."""
         key = (A.data_ptr(), A.stride())
         graphs = self.graphs.get(shape_key)
         if graphs is None:
@@ -123,16 +145,23 @@ class InputGraphs:
             return driver(A)
         entry = (weakref.ref(A), *self.capture(driver, A, head))
         graphs[key] = entry  # now the most recently used
-        self.trim(graphs, A)
+        if owner is not None:
+            self.addresses[key[0]] = (owner, shape_key, key, A.shape)
+        self.trim(shape_key, A)
         _input, graph, out = entry
         graph.replay()
         return out
 
-    def trim(self, entries: dict, A):
-        """Drop the oldest graphs past the byte budget (always keeping the newest)."""
+    def trim(self, shape_key, A):
+        """Drop the shape's oldest graphs past the byte budget (always keeping the newest)."""
+        entries = self.graphs[shape_key]
         per_input = A.numel() * A.element_size()
         while len(entries) > max(1, self.input_bytes // per_input):
-            del entries[next(iter(entries))]
+            key = next(iter(entries))
+            del entries[key]
+            found = self.addresses.get(key[0])
+            if found is not None and found[1] == shape_key and found[2] == key:
+                del self.addresses[key[0]]
 
     @staticmethod
     def capture(driver, A, head: int):

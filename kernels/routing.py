@@ -86,22 +86,27 @@ def graph_key(route, A) -> tuple:
     return route.name, A.shape, A.device
 
 
-def run_graphed(route, settings, driver, A):
+def run_graphed(route, settings, driver, A, owner=None):
     """The route's call through its graphs: concurrent batch groups, one graph per input tensor,
-    one graph per shape replayed where the input lies (relocate), or one per shape with copies."""
+    one graph per shape replayed where the input lies (relocate), or one per shape with copies.
+    OWNER: the caller's routes, under which an input's own graph is found again (InputGraphs.replay)."""
     key = graph_key(route, A)
     if route.graph.mode == "concurrent":
         return _GROUP_GRAPHS.run(key, driver, A, route.graph.groups)
     head = route.graph.head
     if route.graph.mode == "inplace":
-        return _INPUT_GRAPHS.run(key, driver, A, head)
+        return _INPUT_GRAPHS.run(key, driver, A, head, owner)
     if route.graph.mode == "relocate":
         return _RELOCATED_GRAPHS.run(key, driver, A, head)
     return _GRAPHS.run(key, driver, A, settings.clone_outputs, settings.packed_outputs, head)
 
 
 def qr_routed(A: torch.Tensor, routes, settings):
-    """custom_kernel's body: route, then run eagerly or through the route's graphs."""
+    """custom_kernel's body: route, then run eagerly or through the route's graphs. An input
+    with a graph of its own under these routes (graph.mode inplace) replays it first thing."""
+    out = _INPUT_GRAPHS.replay(A, routes)
+    if out is not None:
+        return out
     batch, n, _ = A.shape
     route = select_route(n, batch, routes)
     if not runnable(A, route):
@@ -109,7 +114,7 @@ def qr_routed(A: torch.Tensor, routes, settings):
     driver = functools.partial(qr, route=route)
     try:
         with dependent_launches(settings.pdl):
-            out = run_graphed(route, settings, driver, A) if graph_wanted(route, settings, A) else driver(A)
+            out = run_graphed(route, settings, driver, A, routes) if graph_wanted(route, settings, A) else driver(A)
     except BUILD_ERRORS as err:  # only a first launch may fall back: later, the kernels are built
         if route.name in _LAUNCHED_ROUTES:
             raise

@@ -220,14 +220,16 @@ def test_inplace_graphs_read_the_input_where_it_lies():
     each input tensor must keep outputs of its own."""
     settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**9, clone_outputs=False)
     graphed = route("inplace-test", panel=dict(width=16), strip=dict(bm=32, bn=16), graph=dict(mode="inplace"))
+    routes = [graphed]  # one list, as a submission's: its third calls replay by InputGraphs.replay
     inputs = [gpu_matrices(4, 96, seed=s) for s in range(2)]
     for _ in range(3):  # eager, capture and replay, replay
-        outputs = [routing.qr_routed(A, [graphed], settings) for A in inputs]
+        outputs = [routing.qr_routed(A, routes, settings) for A in inputs]
+    assert all(routing._INPUT_GRAPHS.replay(A, routes) is out for A, out in zip(inputs, outputs))
     for A, (H, tau) in zip(inputs, outputs):
         harness_check(A, H, tau)
     assert outputs[0][0].data_ptr() != outputs[1][0].data_ptr()
     inputs[0].copy_(gpu_matrices(4, 96, seed=7))  # refilled in place
-    H, tau = routing.qr_routed(inputs[0], [graphed], settings)
+    H, tau = routing.qr_routed(inputs[0], routes, settings)
     H_ref, tau_ref = DRIVERS["blocked"](inputs[0], graphed)
     torch.testing.assert_close(H, H_ref) and torch.testing.assert_close(tau, tau_ref)
 
@@ -237,9 +239,10 @@ def test_inplace_graphs_keep_the_outputs_of_clones_at_one_address():
     caching allocator puts at the same address), and checks every output at the end."""
     settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**9, clone_outputs=False)
     graphed = route("inplace-test", panel=dict(width=16), strip=dict(bm=32, bn=16), graph=dict(mode="inplace"))
+    routes = [graphed]
     inputs = [gpu_matrices(4, 96, seed=s) for s in range(4)]
     for _ in range(2):
-        outputs = [routing.qr_routed(A.clone(), [graphed], settings) for A in inputs]
+        outputs = [routing.qr_routed(A.clone(), routes, settings) for A in inputs]
         for A, (H, tau) in zip(inputs, outputs):
             assert harness_check(A, H, tau) < 0.5
 

@@ -96,3 +96,33 @@ def test_a_live_tensor_called_again_replays_its_own_graph(monkeypatch):
         graphed.run("k", lambda X: X + 1, A)
     (_ref, graph, _out), = graphed.graphs["k"].values()
     assert graph.replays == 3
+
+
+def test_replay_finds_a_captured_input_under_its_owner_only(monkeypatch):
+    """qr_routed's first look (InputGraphs.replay): the graph captured for this very tensor,
+    under the same routes, with its shape and strides unchanged; anything else goes the long way."""
+    monkeypatch.setattr(InputGraphs, "capture", staticmethod(stand_in_capture))
+    graphed, owner, A = InputGraphs(), ["routes"], torch.ones(1, 2, 2)
+    double = lambda X: X * 2  # noqa: E731
+    graphed.run("k", double, A, owner=owner)
+    assert graphed.replay(A, owner) is None, "called once: no graph yet"
+    graphed.run("k", double, A, owner=owner)  # captured
+    (_ref, graph, out), = graphed.graphs["k"].values()
+    A.add_(1)
+    assert graphed.replay(A, owner) is out and graph.replays == 2 and torch.equal(out, A * 2)
+    assert graphed.replay(A, ["other routes"]) is None
+    assert graphed.replay(torch.ones(1, 2, 2), owner) is None, "another tensor"
+    assert graphed.replay(A.view(1, 4), owner) is None, "another tensor object at the address"
+    A.resize_(1, 1, 4)  # the same object, reshaped in place
+    assert graphed.replay(A, owner) is None and graph.replays == 2
+
+
+def test_replay_forgets_a_graph_the_byte_budget_dropped(monkeypatch):
+    monkeypatch.setattr(InputGraphs, "capture", staticmethod(stand_in_capture))
+    inputs = [torch.zeros(1, 4, 4) for _ in range(3)]  # 64 bytes each
+    graphed, owner = InputGraphs(input_bytes=128), ["routes"]  # room for two
+    for A in inputs + inputs:
+        graphed.run("k", lambda X: X, A, owner=owner)
+    assert graphed.replay(inputs[0], owner) is None, "the oldest graph was dropped"
+    assert all(graphed.replay(A, owner) is not None for A in inputs[1:])
+    assert inputs[0].data_ptr() not in graphed.addresses
