@@ -30,21 +30,23 @@ from call_phases import add_case_arguments, first_input_of_case, harness_inputs
 HOST_BOUND_US = 8.0
 
 
+def host_and_gpu_us(calls) -> tuple:
+    """(host us, GPU us) of CALLS() run from an idle GPU: the host's time to enqueue it, and the
+    elapsed time between a CUDA event recorded before it and one after (as the harness times)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    start.record()
+    calls()
+    end.record()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) * 1e6, start.elapsed_time(end) * 1e3
+
+
 def timed_calls(kernel, x, calls: int) -> list:
     """[(host enqueue us, GPU elapsed us)] of CALLS calls, each from an idle GPU."""
-    rows = []
-    for _ in range(calls):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        start.record()
-        out = kernel(x)
-        end.record()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        rows.append(((t1 - t0) * 1e6, start.elapsed_time(end) * 1e3))
-        del out
-    return rows
+    return [host_and_gpu_us(lambda: kernel(x)) for _ in range(calls)]
 
 
 def back_to_back(kernel, inputs: list, loops: int) -> list:
@@ -55,16 +57,8 @@ def back_to_back(kernel, inputs: list, loops: int) -> list:
             kernel(x)
     rows = []
     for _ in range(loops):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        start.record()
-        for x in inputs:
-            kernel(x)
-        end.record()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        rows.append(((t1 - t0) * 1e6 / len(inputs), start.elapsed_time(end) * 1e3 / len(inputs)))
+        host, gpu = host_and_gpu_us(lambda: [kernel(x) for x in inputs])
+        rows.append((host / len(inputs), gpu / len(inputs)))
     return rows
 
 
