@@ -69,17 +69,31 @@ def column_sums(P, rows, cols, k, BELOW: tl.constexpr):
 
 
 @triton.jit
-def reflector(alpha, sigma):
+def reflector(alpha, sigma, APPROX: tl.constexpr = False):
     """(tau, 1 / (alpha - beta), the new diagonal) of the reflector with alpha on the diagonal
     and sigma = ||tail||^2 below it (dlarfg's convention); tau 0 and the diagonal kept when the
-    tail is exactly zero."""
+    tail is exactly zero. APPROX: both reciprocals by the hardware's alone (reciprocal)."""
     reflects = sigma > 0.0
     norm = tl.sqrt(alpha * alpha + sigma)
     beta = tl.where(alpha >= 0.0, -norm, norm)
     # Divide only where the reflector exists: beta and alpha - beta are zero otherwise.
-    tau_k = tl.where(reflects, (beta - alpha) / tl.where(reflects, beta, 1.0), 0.0)
-    scale = tl.where(reflects, 1.0 / tl.where(reflects, alpha - beta, 1.0), 0.0)
+    if APPROX:
+        tau_k = tl.where(reflects, (beta - alpha) * reciprocal(tl.where(reflects, beta, 1.0)), 0.0)
+        scale = tl.where(reflects, reciprocal(tl.where(reflects, alpha - beta, 1.0)), 0.0)
+    else:
+        tau_k = tl.where(reflects, (beta - alpha) / tl.where(reflects, beta, 1.0), 0.0)
+        scale = tl.where(reflects, 1.0 / tl.where(reflects, alpha - beta, 1.0), 0.0)
     return tau_k, scale, tl.where(reflects, beta, alpha)
+
+
+@triton.jit
+def reciprocal(x):
+    """1 / x by the hardware's reciprocal alone (rcp.approx.ftz.f32: within 1 ulp, subnormals
+    flushed), without fp32 division's range handling around it: four dependent instructions fewer
+    on a reflector's chain (PanelKnobs.reciprocal approx; GPU only: the interpreter runs no inline
+    assembly, and its launchers pass APPROX false)."""
+    return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
+                                     is_pure=True, pack=1)
 
 
 @triton.jit

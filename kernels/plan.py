@@ -23,9 +23,14 @@ PRECISIONS = ("fp32", "tf32", "tf32x3", "fp16x3", "fp16x2lo", "fp16")
 DRIVERS = ("geqrf", "blocked", "twolevel", "coop", "warp")
 # PanelKnobs.broadcast (panel.py): how column k of the panel reaches every lane of its row.
 BROADCASTS = ("sum", "shuffle")
+# PanelKnobs.reciprocal (warp.py): how a reflector forms 1 / (alpha - beta) and 1 / beta.
+RECIPROCALS = ("div", "approx")
+# The drivers that read PanelKnobs.reciprocal (the other panels always divide).
+RECIPROCAL_DRIVERS = ("warp",)
 # The warp driver (warp.py) holds a matrix's columns one a lane: its routes end at this n.
 WARP_MAX_N = 32
-# Drivers that read the panel, strip and precision knobs (geqrf reads none, warp only graph's).
+# Drivers that read the panel, strip and precision knobs (geqrf reads none; warp the graph knobs
+# and panel.reciprocal alone).
 PANEL_DRIVERS = ("blocked", "twolevel", "coop")
 # Drivers built from inner panels inside outer blocks (they read `twolevel`).
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
@@ -187,6 +192,11 @@ class PanelKnobs:
     apply_pending: bool = knob(False, Flag(), "with strip.fuse_next: the panel first applies the previous "
                                               "panel's update to its own columns (C - Y W, W from the fused "
                                               "pass), in place of a separate launch that writes them once more")
+    reciprocal: str = knob("div", OneOf(RECIPROCALS), "how each reflector forms 1 / (alpha - beta) and 1 / beta, "
+                                                    "on its chain of dependent instructions: div (fp32 division, "
+                                                    "its range handling around the hardware reciprocal) or approx "
+                                                    "(the hardware reciprocal alone, rcp.approx.ftz: 1 ulp; GPU "
+                                                    "only, the interpreter divides); read by the warp driver only")
     max_registers: object = knob(0, ByRows(IntRange(0, 255)), "registers per thread the panel may use "
                                                               "(ptxas maxnreg; it spills the rest), so that "
                                                               "more programs share an SM; 0: the compiler's "
@@ -350,7 +360,8 @@ class Settings:
 SECTIONS = {"panel": PanelKnobs, "strip": StripKnobs, "precision": PrecisionKnobs,
             "twolevel": TwoLevelKnobs, "coop": CoopKnobs, "graph": GraphKnobs}
 DRIVER_DOC = ("geqrf (torch), blocked (single-level), twolevel, coop (cooperative two-level), warp (the whole "
-              f"QR in one warp a matrix, a column a lane: n <= {WARP_MAX_N}; it reads only the graph knobs)")
+              f"QR in one warp a matrix, a column a lane: n <= {WARP_MAX_N}; it reads only the graph knobs and "
+              "panel.reciprocal)")
 
 
 def value_problems(group) -> list:
@@ -376,6 +387,10 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
         out.append((("n",), f"got n {n_range[0]}..{'' if n_range[1] is None else n_range[1]} with driver warp; "
                     f"allowed: a range that ends at {WARP_MAX_N} or below (a column a lane of one warp)"))
     out += graph_problems(driver, sections["graph"])
+    panel = sections["panel"]
+    if not value_problems(panel) and panel.reciprocal != "div" and driver not in RECIPROCAL_DRIVERS:
+        out.append((("panel", "reciprocal"), f"got {panel.reciprocal} with driver {driver}; allowed: div, or "
+                    f"{panel.reciprocal} with driver {' or '.join(RECIPROCAL_DRIVERS)} (the other panels divide)"))
     strip = sections["strip"]
     if not value_problems(strip) and strip.split_rows and strip.split_rows < strip.bm:
         out.append((("strip", "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least strip.bm "
@@ -384,7 +399,6 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
         out.append((("strip", "fuse_next"), f"got true with driver {driver} and strip.split_rows "
                     f"{strip.split_rows}; allowed: true with driver blocked and split_rows 0 (the fused "
                     "pass carries whole columns of one blocked QR from panel to panel)"))
-    panel = sections["panel"]
     if not value_problems(strip) and strip.halves == 2 and not strip.fuse_next:
         out.append((("strip", "halves"), "got 2 with strip.fuse_next false; allowed: 2 with strip.fuse_next "
                     "true (the halves interleave the fused driver's launches)"))

@@ -55,9 +55,9 @@ def row_sum(X, keep):
 
 
 @triton.jit
-def warp_reflect(P, taus, scales, rows, cols, lanes, k, SHUFFLE: tl.constexpr):
+def warp_reflect(P, taus, scales, rows, cols, lanes, k, SHUFFLE: tl.constexpr, APPROX: tl.constexpr):
     """Reflector k of the tile P (a column a lane), applied to the columns right of k: (P, taus,
-    scales) with taus[k] = tau and scales[k] = 1 / (alpha - beta). Column k keeps x below its new
+    scales) with taus[k] = tau and scales[k] = 1 / (alpha - beta) (APPROX: panel.reflector's). Column k keeps x below its new
     diagonal beta: scale_rows turns it into v once, after the last reflector, which saves a
     product a row a reflector (later reflectors never touch the columns left of theirs)."""
     x = lane_broadcast(P, k, SHUFFLE)
@@ -67,7 +67,7 @@ def warp_reflect(P, taus, scales, rows, cols, lanes, k, SHUFFLE: tl.constexpr):
     sigma = row_sum(x * x, below)
     proj = row_sum(x * P, below)
     row_k = row_sum(P, at)
-    tau_k, scale, diag = reflector(alpha, sigma)
+    tau_k, scale, diag = reflector(alpha, sigma, APPROX)
     # Column c -= v (tau w_c), v = [1; x scale]: row k by coef, the rows below by x (scale coef).
     # Zero on lane k and left of it, so those columns stay as they are without a select a row.
     coef = tl.where(lanes > k, tau_k * (row_k + proj * scale), 0.0)[None, :]
@@ -86,7 +86,7 @@ def scale_rows(P, scales, rows, cols):
 
 @triton.jit(do_not_specialize=["n"])
 def warp_qr_kernel(a_ptr, h_ptr, tau_ptr, table_ptr, n,
-                   NB: tl.constexpr, SHUFFLE: tl.constexpr,
+                   NB: tl.constexpr, SHUFFLE: tl.constexpr, APPROX: tl.constexpr,
                    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, TAU_SLOT: tl.constexpr):
     """Grid: (batch,), one warp a program. Program i factors matrix i (n x n, n <= NB) of a_ptr
     into H (h_ptr) and tau (tau_ptr), geqrf's compact form.
@@ -97,7 +97,8 @@ def warp_qr_kernel(a_ptr, h_ptr, tau_ptr, table_ptr, n,
     the layout lane_broadcast relies on. Specialized, a 16-divisible n gives 16-byte loads (4
     columns a lane) and n = 1 becomes a constant whose offsets are contiguous down the rows too;
     either way the shuffle would mix columns. a, h and tau move by the relocation table's slots
-    (relocate.py)."""
+    (relocate.py). APPROX (PanelKnobs.reciprocal approx): the reflectors' reciprocals by the
+    hardware's alone (panel.reciprocal)."""
     a_ptr = moved(a_ptr, table_ptr, SRC_SLOT)
     h_ptr = moved(h_ptr, table_ptr, DST_SLOT)
     tau_ptr = moved(tau_ptr, table_ptr, TAU_SLOT)
@@ -111,27 +112,28 @@ def warp_qr_kernel(a_ptr, h_ptr, tau_ptr, table_ptr, n,
     taus = tl.zeros((NB,), dtype=tl.float32)
     scales = tl.zeros((NB,), dtype=tl.float32)
     for k in tl.static_range(NB):
-        P, taus, scales = warp_reflect(P, taus, scales, rows, cols, lanes, k, SHUFFLE)
+        P, taus, scales = warp_reflect(P, taus, scales, rows, cols, lanes, k, SHUFFLE, APPROX)
     P = scale_rows(P, scales, rows, cols)
     tl.store(h_ptr + offs, P, mask=inside)
     tl.store(tau_ptr + pid * n + lanes, taus, mask=lanes < n)
 
 
-def warp_qr(A, H, tau):
+def warp_qr(A, H, tau, reciprocal="div"):
     """H, tau = the QR of every matrix of A (batch x n x n fp32, n <= plan.WARP_MAX_N) in geqrf's
-    compact form; A is only read."""
+    compact form; A is only read. reciprocal: PanelKnobs.reciprocal (the interpreter divides)."""
     batch, n, _ = A.shape
     if n > WARP_MAX_N:
         raise ValueError(f"the one-warp QR takes n <= {WARP_MAX_N}, got n = {n}")
     table, slots = relocation_args(H, SRC_SLOT=A, DST_SLOT=H, TAU_SLOT=tau)
-    warp_qr_kernel[(batch,)](A, H, tau, table, n, NB=WARP_MAX_N, SHUFFLE=not interpreted(), **slots,
-                             num_warps=1)
+    on_gpu = not interpreted()
+    warp_qr_kernel[(batch,)](A, H, tau, table, n, NB=WARP_MAX_N, SHUFFLE=on_gpu,
+                             APPROX=on_gpu and reciprocal == "approx", **slots, num_warps=1)
 
 
 def qr_warp(A, route, out=None):
     """The warp driver: (H, tau) of A (n <= plan.WARP_MAX_N) by warp_qr_kernel, one launch. OUT:
-    the (H, tau) to write (blocked.output_views of one buffer), else new ones. The route's panel,
-    strip and precision knobs do not apply (one warp, no trailing update)."""
+    the (H, tau) to write (blocked.output_views of one buffer), else new ones. Of the route's panel,
+    strip and precision knobs only panel.reciprocal applies (one warp, no trailing update)."""
     H, tau = new_outputs(A) if out is None else out
-    warp_qr(A, H, tau)
+    warp_qr(A, H, tau, route.panel.reciprocal)
     return H, tau

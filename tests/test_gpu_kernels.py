@@ -154,14 +154,17 @@ def test_drivers_pass_the_gate_on_gpu(driver, n, knobs, prec):
     assert margin < 0.5, f"factor residual at {margin:.2f} of the gate"
 
 
+@pytest.mark.parametrize("reciprocal", plan.RECIPROCALS)
 @pytest.mark.parametrize("graph", ["off", "inplace", "relocate", "capture"])
 @pytest.mark.parametrize("batch,n", [(20, 32), (3, 1), (5, 7), (7, 31), (640, 32)])
-def test_warp_driver_on_gpu(batch, n, graph):
+def test_warp_driver_on_gpu(batch, n, graph, reciprocal):
     """The warp driver compiled, with its indexed shuffle (the interpreter sums over the lanes
-    instead), against the unblocked reference; eager and through each graph mode, twice over
-    fresh inputs, so that replays run too."""
+    instead) and each panel.reciprocal (the interpreter divides), against the unblocked
+    reference; eager and through each graph mode, twice over fresh inputs, so that replays run
+    too."""
     settings = plan.Settings(graph_min_numel=0, graph_max_numel=10**10)
-    warp = route(f"warp-{graph}-{batch}-{n}", driver="warp", n_range=(1, plan.WARP_MAX_N), graph=dict(mode=graph))
+    warp = route(f"warp-{graph}-{batch}-{n}-{reciprocal}", driver="warp", n_range=(1, plan.WARP_MAX_N),
+                 graph=dict(mode=graph), panel=dict(reciprocal=reciprocal))
     inputs = [gpu_matrices(batch, n, seed=s, cond=1) for s in range(3)]
     for A in inputs + inputs:
         H, tau = routing.qr_routed(A, [warp], settings)

@@ -45,9 +45,11 @@ def test_a_zero_tail_gives_tau_zero_and_keeps_the_column():
     assert torch.equal(H, A)
 
 
-def test_the_warp_route_passes_the_harness_gate():
+@pytest.mark.parametrize("reciprocal", plan.RECIPROCALS)  # approx divides on the interpreter
+def test_the_warp_route_passes_the_harness_gate(reciprocal):
     A = special_matrices(32, batch=6, seed=3)
-    H, tau = routing.qr_routed(A, [route("warp-gate", driver="warp", n_range=(1, 32))], SETTINGS)
+    warp = route(f"warp-gate-{reciprocal}", driver="warp", n_range=(1, 32), panel=dict(reciprocal=reciprocal))
+    H, tau = routing.qr_routed(A, [warp], SETTINGS)
     assert harness_check(A, H, tau) < 0.5
 
 
@@ -63,12 +65,19 @@ def test_warp_routes_end_at_32():
 COLUMN_A_LANE = "sizePerThread = [1, 1], threadsPerWarp = [1, 32], warpsPerCTA = [1, 1], order = [1, 0]"
 
 
-def compiled_layouts(flag: str) -> list:
-    """Each line tools/sass_loop.py prints with FLAG for warp_qr_kernel compiled for sm_90."""
+def compiled_lines(*flags: str, approx: bool = False) -> list:
+    """Each line tools/sass_loop.py prints with FLAGS for warp_qr_kernel compiled for sm_90 (APPROX:
+    panel.reciprocal approx)."""
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_loop.py"), "--kernel", "warp.warp_qr_kernel",
-                          "--warps", "1", "--const", f"NB={plan.WARP_MAX_N}", "--const", "SHUFFLE=True", flag],
+                          "--warps", "1", "--const", f"NB={plan.WARP_MAX_N}", "--const", "SHUFFLE=True",
+                          "--const", f"APPROX={approx}", *flags],
                          capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
     return run.stdout.splitlines()
+
+
+def sass_count(approx: bool) -> int:
+    (line,) = [ln for ln in compiled_lines(approx=approx) if ln.startswith("kernel: ")]
+    return int(line.split()[1])
 
 
 def test_the_launcher_never_specializes_n():
@@ -98,7 +107,24 @@ def test_the_warp_tile_is_a_column_a_lane_where_it_is_shuffled():
     and reads the load's layout and the layout each shuffle reads: with n specialized on its
     alignment Triton would load 4 columns a lane (16-byte loads) and the shuffle would mix
     columns."""
-    assert compiled_layouts("--load-layouts") == [f"load: {COLUMN_A_LANE}"]
-    shuffles = compiled_layouts("--asm-layouts")
+    assert compiled_lines("--load-layouts") == [f"load: {COLUMN_A_LANE}"]
+    shuffles = compiled_lines("--asm-layouts")
     assert len(shuffles) == plan.WARP_MAX_N, "one shuffle op a reflector"
     assert set(shuffles) == {f"asm: {COLUMN_A_LANE}"}
+
+
+def test_the_approximate_reciprocal_shortens_each_reflector():
+    """panel.reciprocal approx replaces fp32 division's range handling around the hardware
+    reciprocal (two divisions a reflector). The interpreter cannot run it (it divides), so this
+    counts the compiled kernel's SASS for sm_90; its arithmetic is the GPU twin's
+    (test_warp_driver_on_gpu, reciprocal approx). Triton 3.6 gave 3,368 against 3,784."""
+    divided, approximated = sass_count(approx=False), sass_count(approx=True)
+    assert approximated <= divided - 8 * plan.WARP_MAX_N, f"{approximated} instructions against {divided}"
+
+
+def test_only_the_warp_driver_takes_the_approximate_reciprocal():
+    route("warp-rcp", driver="warp", n_range=(1, 32), panel=dict(reciprocal="approx"))
+    with pytest.raises(ValueError, match=r"panel\.reciprocal: got approx with driver blocked; allowed: div"):
+        route("blocked-rcp", panel=dict(reciprocal="approx"))
+    with pytest.raises(ValueError, match=r"panel\.reciprocal: one of div, approx"):
+        route("unknown-rcp", driver="warp", n_range=(1, 32), panel=dict(reciprocal="exact"))
