@@ -97,14 +97,14 @@ def reciprocal(x):
 
 
 @triton.jit
-def reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW: tl.constexpr):
+def reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW: tl.constexpr, APPROX: tl.constexpr = False):
     """Form reflector k from the summed row_k and proj, apply it to the panel slice P
     (columns right of k; column k becomes beta over v), and extend T and tau
-    (BELOW: row_masks')."""
+    (BELOW: row_masks'; APPROX: reflector's)."""
     below, at = row_masks(rows, k, BELOW)
     alpha = tl.sum(tl.where(cols == k, row_k, 0.0), axis=0)
     sigma = tl.sum(tl.where(cols == k, proj, 0.0), axis=0)
-    tau_k, scale, diag = reflector(alpha, sigma)
+    tau_k, scale, diag = reflector(alpha, sigma, APPROX)
     w = row_k + proj * scale
     v = tl.where(at, 1.0, tail * scale)
     coef = tl.where(cols > k, tau_k * w, 0.0)
@@ -158,15 +158,15 @@ def grouped_sums(P, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr, BELO
 
 @triton.jit
 def grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0: tl.constexpr, BELOW: tl.constexpr,
-                    WITH_T: tl.constexpr):
+                    WITH_T: tl.constexpr, APPROX: tl.constexpr = False):
     """reflect for the panel held as (BL, G, 4), from grouped_sums' (x, tail, row_k, proj) summed
     over the panel's rows. WITH_T false leaves T and taus as they are (a cooperative program that
-    does not store them)."""
+    does not store them). APPROX: reflector's."""
     below, at = row_masks(rows, k, BELOW)
     is_col = cols == k
     alpha = tl.sum(tl.sum(tl.where(is_col, row_k, 0.0), axis=1), axis=0)
     sigma = tl.sum(tl.sum(tl.where(is_col, proj, 0.0), axis=1), axis=0)
-    tau_k, scale, diag = reflector(alpha, sigma)
+    tau_k, scale, diag = reflector(alpha, sigma, APPROX)
     w = row_k + proj * scale
     v = tl.where(at, 1.0, tail * scale)
     coef = tl.where(cols > k, tau_k * w, 0.0)
@@ -182,14 +182,14 @@ def grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0: tl.cons
 
 
 @triton.jit
-def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr):
+def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr, APPROX: tl.constexpr = False):
     """Reflector k on the panel held as (BL, G, 4): column c is group (c - C0) // 4, entry c % 4.
     The same arithmetic as column_sums and reflect, with each row vector held as (BL, G),
     one copy per column group, so that column k reaches every group by group_broadcast.
     cols: (G, 4) column indices, from C0 (0, or a split panel's right half: PanelKnobs.split);
-    rows: (BL, 1); T: (4 G, G, 4), its rows the columns from C0 too."""
+    rows: (BL, 1); T: (4 G, G, 4), its rows the columns from C0 too. APPROX: reflector's."""
     x, tail, row_k, proj = grouped_sums(P, rows, cols, k, SHUFFLE, C0, False)
-    return grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0, False, True)
+    return grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0, False, True, APPROX)
 
 
 @triton.jit
@@ -231,14 +231,15 @@ def store_v_tile(at, V, mask, V_PARTS: tl.constexpr):
 
 
 @triton.jit
-def panel_step(P, P2, T, taus, rows, rows2, cols, k, BL2: tl.constexpr):
-    """Reflector k on the panel's row tiles: P, and P2 when BL2 > 0 (their sums add up first)."""
+def panel_step(P, P2, T, taus, rows, rows2, cols, k, BL2: tl.constexpr, APPROX: tl.constexpr):
+    """Reflector k on the panel's row tiles: P, and P2 when BL2 > 0 (their sums add up first);
+    APPROX: reflector's."""
     x, tail, row_k, proj = column_sums(P, rows, cols, k, False)
     if BL2 > 0:  # the second tile's rows start at BL >= BB > k
         x2, tail2, row_k2, proj2 = column_sums(P2, rows2, cols, k, True)
         row_k, proj = row_k + row_k2, proj + proj2
-        P2, _, _ = reflect(P2, T, taus, x2, tail2, row_k, proj, rows2, cols, k, True)
-    P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, False)
+        P2, _, _ = reflect(P2, T, taus, x2, tail2, row_k, proj, rows2, cols, k, True, APPROX)
+    P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, False, APPROX)
     return P, P2, T, taus
 
 
@@ -271,7 +272,7 @@ def householder_panel_kernel(
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
     SHUFFLE: tl.constexpr, PENDING: tl.constexpr, YB: tl.constexpr, PRE_BM: tl.constexpr,
-    PRE_APPLY: tl.constexpr, SPLIT: tl.constexpr, V_PARTS: tl.constexpr,
+    PRE_APPLY: tl.constexpr, SPLIT: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr,
     SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, TAU_SLOT: tl.constexpr, PRE_SLOT: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -296,11 +297,11 @@ def householder_panel_kernel(
         src_ptr = dst_ptr
     if SPLIT:
         panel_program_split(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid, n, L, panel_off, tau_off, t_bs, t_ld,
-                            v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE, V_PARTS)
+                            v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE, V_PARTS, APPROX)
     else:
         panel_program(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
                       n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
-                      BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE, V_PARTS)
+                      BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE, V_PARTS, APPROX)
 
 
 @triton.jit
@@ -309,7 +310,7 @@ def panel_program(
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
-    SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr,
+    SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr,
 ):
     """One program factors the whole panel of matrix pid (an int64 index).
 
@@ -332,7 +333,8 @@ def panel_program(
     are zero (the load masks them), so their reflectors are the identity (tau 0).
 
     GROUPED (PanelKnobs.broadcast shuffle, where householder_panel allows it) runs
-    panel_program_grouped instead, SHUFFLE its indexed shuffle.
+    panel_program_grouped instead, SHUFFLE its indexed shuffle. APPROX (PanelKnobs.reciprocal
+    approx): the reflectors' reciprocals by the hardware's alone (reflector).
 
     Invariants: BL + BL2 >= L; BL >= BB when BL2 > 0; BL, BL2 (when not 0) and BB >= bw are
     powers of two; BB >= 16 when T feeds tl.dot; the panel fits in registers
@@ -341,7 +343,7 @@ def panel_program(
     if GROUPED:
         panel_program_grouped(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid, n, L, bw, panel_off, tau_off,
                               t_bs, t_ld, v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE,
-                              V_PARTS)
+                              V_PARTS, APPROX)
         return
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
@@ -352,11 +354,11 @@ def panel_program(
         P2, offs2, in_panel2, _, _ = load_slice(src_ptr, pid, n, panel_off, rows2, cols, L, bw, BB, FULL)
     if UNROLL == 0:
         for k in range(0, bw):
-            P, P2, T, taus = panel_step(P, P2, T, taus, rows, rows2, cols, k, BL2)
+            P, P2, T, taus = panel_step(P, P2, T, taus, rows, rows2, cols, k, BL2, APPROX)
     else:
         for k0 in range(0, BB, UNROLL):
             for r in tl.static_range(UNROLL):
-                P, P2, T, taus = panel_step(P, P2, T, taus, rows, rows2, cols, k0 + r, BL2)
+                P, P2, T, taus = panel_step(P, P2, T, taus, rows, rows2, cols, k0 + r, BL2, APPROX)
     tl.store(dst_ptr + pid * n * n + offs, P, mask=in_panel)
     tl.store(tau_ptr + pid * n + tau_off + cols, taus, mask=cols < bw)
     if WRITE_T:
@@ -374,7 +376,7 @@ def panel_program_grouped(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
-    UNROLL: tl.constexpr, SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr,
+    UNROLL: tl.constexpr, SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr,
 ):
     """panel_program for PanelKnobs.broadcast shuffle: one row tile, bw == BB, the rows
     16-byte aligned. The tile is loaded as (BL, BB) and reshaped to (BL, BB // 4, 4), which
@@ -390,11 +392,11 @@ def panel_program_grouped(
     taus = tl.zeros((G, 4), dtype=tl.float32)
     if UNROLL == 0:
         for k in range(0, bw):
-            P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k, SHUFFLE, 0)
+            P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k, SHUFFLE, 0, APPROX)
     else:
         for k0 in range(0, BB, UNROLL):
             for r in tl.static_range(UNROLL):
-                P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k0 + r, SHUFFLE, 0)
+                P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k0 + r, SHUFFLE, 0, APPROX)
     P2 = tl.reshape(P, (BL, BB))
     tl.store(dst_ptr + pid * n * n + offs, P2, mask=in_panel)
     tl.store(tau_ptr + pid * n + tau_off + tl.reshape(cols2, (BB,)), tl.reshape(taus, (BB,)))
@@ -405,18 +407,20 @@ def panel_program_grouped(
 
 
 @triton.jit
-def factor_grouped(P, rows, cols, C0: tl.constexpr, UNROLL: tl.constexpr, SHUFFLE: tl.constexpr):
-    """All reflectors of the (BL, G, 4) tile P whose columns are cols (from C0): (P, T, taus)."""
+def factor_grouped(P, rows, cols, C0: tl.constexpr, UNROLL: tl.constexpr, SHUFFLE: tl.constexpr,
+                   APPROX: tl.constexpr = False):
+    """All reflectors of the (BL, G, 4) tile P whose columns are cols (from C0): (P, T, taus);
+    APPROX: reflector's."""
     G: tl.constexpr = P.shape[1]
     T = tl.zeros((4 * G, G, 4), dtype=tl.float32)
     taus = tl.zeros((G, 4), dtype=tl.float32)
     if UNROLL == 0:
         for k in range(C0, C0 + 4 * G):
-            P, T, taus = grouped_step(P, T, taus, rows, cols, k, SHUFFLE, C0)
+            P, T, taus = grouped_step(P, T, taus, rows, cols, k, SHUFFLE, C0, APPROX)
     else:
         for k0 in range(C0, C0 + 4 * G, UNROLL):
             for r in tl.static_range(UNROLL):
-                P, T, taus = grouped_step(P, T, taus, rows, cols, k0 + r, SHUFFLE, C0)
+                P, T, taus = grouped_step(P, T, taus, rows, cols, k0 + r, SHUFFLE, C0, APPROX)
     return P, T, taus
 
 
@@ -488,7 +492,7 @@ def halves_gram(dst, n, L, HB: tl.constexpr, BM: tl.constexpr):
 @triton.jit
 def factor_half(src, dst, tau_ptr, v_at, rows, in_rows, groups, L, C0: tl.constexpr, HB: tl.constexpr,
                 BL: tl.constexpr, WRITE_V: tl.constexpr, UNROLL: tl.constexpr, SHUFFLE: tl.constexpr,
-                V_PARTS: tl.constexpr):
+                V_PARTS: tl.constexpr, APPROX: tl.constexpr):
     """Load columns C0..C0+HB of the panel from src (the grouped layout the shuffle needs), factor
     them, and store them to dst, their tau (tau_ptr at the panel's first) and V (v_at at the
     panel's first row and column, row stride in it; store_v_tile: V_PARTS); returns their T
@@ -496,7 +500,7 @@ def factor_half(src, dst, tau_ptr, v_at, rows, in_rows, groups, L, C0: tl.conste
     cols = C0 + tl.arange(0, HB)
     P = tl.load(src + cols[None, :], mask=in_rows, other=0.0)
     G: tl.constexpr = HB // 4
-    P, T, taus = factor_grouped(tl.reshape(P, (BL, G, 4)), rows[:, None], C0 + groups, C0, UNROLL, SHUFFLE)
+    P, T, taus = factor_grouped(tl.reshape(P, (BL, G, 4)), rows[:, None], C0 + groups, C0, UNROLL, SHUFFLE, APPROX)
     P = tl.reshape(P, (BL, HB))
     tl.store(dst + cols[None, :], P, mask=in_rows)
     tl.store(tau_ptr + C0 + tl.reshape(groups, (HB,)), tl.reshape(taus, (HB,)))
@@ -510,7 +514,7 @@ def panel_program_split(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
     n, L, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
-    UNROLL: tl.constexpr, SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr,
+    UNROLL: tl.constexpr, SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr,
 ):
     """panel_program_grouped in two halves of HB = BB / 2 columns (PanelKnobs.split 2): the left
     half's reflectors on the left half only; their block reflector applied to the right half
@@ -532,12 +536,12 @@ def panel_program_split(
     v_at = v_ptr + pid * n * v_ld + (v_row_off + rows[:, None]) * v_ld + v_col_off
     taus_at = tau_ptr + pid * n + tau_off
     T1 = factor_half(src + rows[:, None] * n, dst + rows[:, None] * n, taus_at, v_at, rows, in_rows, groups, L,
-                     0, HB, BL, WRITE_V, UNROLL, SHUFFLE, V_PARTS)
+                     0, HB, BL, WRITE_V, UNROLL, SHUFFLE, V_PARTS, APPROX)
     tl.debug_barrier()
     left_reflector_on_right(src, dst, n, L, T1, HB, BM)
     tl.debug_barrier()
     T2 = factor_half(dst + rows[:, None] * n, dst + rows[:, None] * n, taus_at, v_at, rows, in_rows, groups, L,
-                     HB, HB, BL, WRITE_V, UNROLL, SHUFFLE, V_PARTS)
+                     HB, HB, BL, WRITE_V, UNROLL, SHUFFLE, V_PARTS, APPROX)
     if WRITE_T:
         tl.debug_barrier()
         cross = -tl.dot(T1, tl.dot(halves_gram(dst, n, L, HB, BM), T2, input_precision="ieee"),
@@ -670,7 +674,8 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     constants = dict(BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
                      UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
                      SPLIT=grouped and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH
-                     and BL * (BB // 2) >= 4 * 32 * num_warps, V_PARTS=v_parts)
+                     and BL * (BB // 2) >= 4 * 32 * num_warps, V_PARTS=v_parts,
+                     APPROX=knobs.reciprocal == "approx" and not interpreted())
     pre_args, pre_constants = pending_launch(pending, src, j)
     table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst, TAU_SLOT=tau,
                                    PRE_SLOT=pending.src if pending is not None else None)

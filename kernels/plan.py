@@ -23,10 +23,11 @@ PRECISIONS = ("fp32", "tf32", "tf32x3", "fp16x3", "fp16x2lo", "fp16")
 DRIVERS = ("geqrf", "blocked", "twolevel", "coop", "warp")
 # PanelKnobs.broadcast (panel.py): how column k of the panel reaches every lane of its row.
 BROADCASTS = ("sum", "shuffle")
-# PanelKnobs.reciprocal (warp.py): how a reflector forms 1 / (alpha - beta) and 1 / beta.
+# PanelKnobs.reciprocal (panel.reflector): how a reflector forms 1 / (alpha - beta) and 1 / beta.
 RECIPROCALS = ("div", "approx")
-# The drivers that read PanelKnobs.reciprocal (the other panels always divide).
-RECIPROCAL_DRIVERS = ("warp",)
+# The drivers whose panels read PanelKnobs.reciprocal (householder_panel's and the warp driver's;
+# the cooperative and TSQR panels always divide).
+RECIPROCAL_DRIVERS = ("warp", "blocked", "twolevel")
 # The warp driver (warp.py) holds a matrix's columns one a lane: its routes end at this n.
 WARP_MAX_N = 32
 # Drivers that read the panel, strip and precision knobs (geqrf reads none; warp the graph knobs
@@ -196,7 +197,8 @@ class PanelKnobs:
                                                     "on its chain of dependent instructions: div (fp32 division, "
                                                     "its range handling around the hardware reciprocal) or approx "
                                                     "(the hardware reciprocal alone, rcp.approx.ftz: 1 ulp; GPU "
-                                                    "only, the interpreter divides); read by the warp driver only")
+                                                    "only, the interpreter divides); the warp, blocked and "
+                                                    "two-level drivers (the cooperative panels divide)")
     max_registers: object = knob(0, ByRows(IntRange(0, 255)), "registers per thread the panel may use "
                                                               "(ptxas maxnreg; it spills the rest), so that "
                                                               "more programs share an SM; 0: the compiler's "
@@ -390,7 +392,7 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
     panel = sections["panel"]
     if not value_problems(panel) and panel.reciprocal != "div" and driver not in RECIPROCAL_DRIVERS:
         out.append((("panel", "reciprocal"), f"got {panel.reciprocal} with driver {driver}; allowed: div, or "
-                    f"{panel.reciprocal} with driver {' or '.join(RECIPROCAL_DRIVERS)} (the other panels divide)"))
+                    f"{panel.reciprocal} with driver {', '.join(RECIPROCAL_DRIVERS)} (the cooperative panels divide)"))
     strip = sections["strip"]
     if not value_problems(strip) and strip.split_rows and strip.split_rows < strip.bm:
         out.append((("strip", "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least strip.bm "

@@ -101,6 +101,14 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("panelregs", "blocked", 520, panel=dict(SHUFFLE32, max_registers=168), strip=dict(bm=16, bn=64)),
     # ... only on panels of at most 256 padded rows (no spill there: champion-shortregs)
     case("shortregs", "blocked", 520, panel=dict(SHUFFLE32, max_registers=((256, 168), (None, 0))), strip=FUSED),
+    # the reflectors' reciprocals by rcp.approx (panel.reciprocal approx, champion-rcp): the grouped
+    # panel with the fused strip, the summing panel in two row tiles, the split panel, two-level
+    case("rcp", "blocked", 520, panel=dict(SHUFFLE32, reciprocal="approx"), strip=FUSED),
+    case("rcp-rowtiles", "blocked", 352, panel=dict(width=16, row_tiles=2, reciprocal="approx"),
+         strip=dict(bm=32, bn=32)),
+    case("rcp-split", "blocked", 520, panel=dict(SHUFFLE32, split=2, reciprocal="approx"), strip=FUSED),
+    case("rcp-2l", "twolevel", 1100, panel=dict(TALL16, reciprocal="approx"), strip=dict(bm=64, bn=32),
+         twolevel=FAR_TF32),
     case("2l-farstrip", "twolevel", 520, panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=64),
          twolevel=dict(outer=32, far_update="strip", block_t="kernel", gram="fp16x3")),
     case("2l", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32), twolevel=FAR_TF32),

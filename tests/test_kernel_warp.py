@@ -122,9 +122,10 @@ def test_the_approximate_reciprocal_shortens_each_reflector():
     assert approximated <= divided - 8 * plan.WARP_MAX_N, f"{approximated} instructions against {divided}"
 
 
-def test_only_the_warp_driver_takes_the_approximate_reciprocal():
-    route("warp-rcp", driver="warp", n_range=(1, 32), panel=dict(reciprocal="approx"))
-    with pytest.raises(ValueError, match=r"panel\.reciprocal: got approx with driver blocked; allowed: div"):
-        route("blocked-rcp", panel=dict(reciprocal="approx"))
+def test_the_cooperative_panels_refuse_the_approximate_reciprocal():
+    for driver in plan.RECIPROCAL_DRIVERS:
+        route(f"{driver}-rcp", driver=driver, n_range=(1, 32), panel=dict(reciprocal="approx"))
+    with pytest.raises(ValueError, match=r"panel\.reciprocal: got approx with driver coop; allowed: div"):
+        route("coop-rcp", driver="coop", panel=dict(reciprocal="approx"))
     with pytest.raises(ValueError, match=r"panel\.reciprocal: one of div, approx"):
         route("unknown-rcp", driver="warp", n_range=(1, 32), panel=dict(reciprocal="exact"))

@@ -89,10 +89,10 @@ def argument_type(name: str, int_ptrs=()) -> str:
 def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=()):
     """fn compiled for sm_90: every argument not in constants a pointer (named *_ptr) or an int,
     all divisible by 16 but those fn does not specialize on alignment (as the launcher). A
-    relocation slot (*_SLOT) not given is NO_SLOT, and PDL, V_PARTS, LATE_WAIT and TAIL are off
-    unless given."""
+    relocation slot (*_SLOT) not given is NO_SLOT, and PDL, V_PARTS, LATE_WAIT, TAIL and APPROX are
+    off unless given."""
     defaults = {a: -1 for a in fn.arg_names if a.endswith("_SLOT")}
-    defaults.update({a: False for a in ("PDL", "V_PARTS", "LATE_WAIT", "TAIL") if a in fn.arg_names})
+    defaults.update({a: False for a in ("PDL", "V_PARTS", "LATE_WAIT", "TAIL", "APPROX") if a in fn.arg_names})
     constants = {**defaults, **constants}
     signature = {a: "constexpr" if a in constants else argument_type(a, int_ptrs) for a in fn.arg_names}
     unaligned = {p.name for p in fn.params if p.do_not_specialize or p.do_not_specialize_on_alignment}
@@ -106,11 +106,12 @@ def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=(
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False, split=False, v_parts=False):
+def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False, split=False, v_parts=False,
+                  approx=False):
     panel = kernel_module("panel")
     constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=0, UNROLL=unroll,
                      GROUPED=grouped, SHUFFLE=grouped, PENDING=pending, YB=BB, PRE_BM=panel.PENDING_ROWS,
-                     PRE_APPLY="fp16x3", SPLIT=split, V_PARTS=v_parts)
+                     PRE_APPLY="fp16x3", SPLIT=split, V_PARTS=v_parts, APPROX=approx)
     return compile_kernel(panel.householder_panel_kernel, constants, warps, maxnreg,
                           ("v_ptr",) if v_parts else ())
 
@@ -202,6 +203,8 @@ def main():
                         help="with the previous panel's update applied first (panel.apply_pending, in fp16x3)")
     parser.add_argument("--split", action="store_true", help="the grouped panel in two halves (panel.split 2)")
     parser.add_argument("--v-parts", action="store_true", help="V stored as its packed fp16x3 parts (strip.v_parts)")
+    parser.add_argument("--approx", action="store_true",
+                        help="the reflectors' reciprocals by rcp.approx alone (panel.reciprocal approx)")
     parser.add_argument("--ops", type=int, default=8, help="how many of a loop's most common opcodes to print")
     parser.add_argument("--load-layouts", action="store_true",
                         help="print each load's register layout (Triton's TTGIR) instead of the SASS counts")
@@ -218,7 +221,7 @@ def main():
                                 args.int_ptr)
     else:
         kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending,
-                               args.split, args.v_parts)
+                               args.split, args.v_parts, args.approx)
     if args.load_layouts:
         for layout in load_layouts(kernel.asm["ttgir"]):
             print(f"load: {layout}")
