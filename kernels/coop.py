@@ -173,36 +173,37 @@ def exchange(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr
 @triton.jit
 def coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, NC: tl.constexpr, BB: tl.constexpr,
               EXCHANGE: tl.constexpr, BELOW: tl.constexpr, GROUPED: tl.constexpr, SHUFFLE: tl.constexpr,
-              SPIN: tl.constexpr):
+              SPIN: tl.constexpr, APPROX: tl.constexpr):
     """Reflector k on this program's rows, its sums exchanged with the matrix's other programs
     (BELOW: this program's rows all lie below the panel's diagonal, panel.row_masks). GROUPED:
     the slice held as (BR, G, 4) (panel.grouped_sums and grouped_reflect, SHUFFLE their
-    broadcast); T and tau only where they are stored, in the program with the diagonal."""
+    broadcast); T and tau only where they are stored, in the program with the diagonal.
+    APPROX: panel.reflector's."""
     if GROUPED:
         x, tail, row_k, proj = grouped_sums(P, rows, cols, k, SHUFFLE, 0, BELOW)
     else:
         x, tail, row_k, proj = column_sums(P, rows, cols, k, BELOW)
     row_k, proj = exchange(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC, BB, EXCHANGE, SPIN)
     if GROUPED:
-        return grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, 0, BELOW, not BELOW)
+        return grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, 0, BELOW, not BELOW, APPROX)
     else:
-        return reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW)
+        return reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW, APPROX)
 
 
 @triton.jit
 def coop_reflectors(P, T, taus, rows, cols, bw, part_ptr, count_ptr, pid, p, NC: tl.constexpr,
                     BB: tl.constexpr, EXCHANGE: tl.constexpr, UNROLL: tl.constexpr, BELOW: tl.constexpr,
-                    GROUPED: tl.constexpr, SHUFFLE: tl.constexpr, SPIN: tl.constexpr):
-    """The panel's reflector loop on this program's rows (UNROLL as householder_panel_kernel's)."""
+                    GROUPED: tl.constexpr, SHUFFLE: tl.constexpr, SPIN: tl.constexpr, APPROX: tl.constexpr):
+    """The panel's reflector loop on this program's rows (UNROLL and APPROX as householder_panel_kernel's)."""
     if UNROLL == 0:
         for k in range(0, bw):
             P, T, taus = coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, NC, BB, EXCHANGE,
-                                   BELOW, GROUPED, SHUFFLE, SPIN)
+                                   BELOW, GROUPED, SHUFFLE, SPIN, APPROX)
     else:
         for k0 in range(0, BB, UNROLL):
             for r in tl.static_range(UNROLL):
                 P, T, taus = coop_step(P, T, taus, rows, cols, k0 + r, part_ptr, count_ptr, pid, p, NC, BB,
-                                       EXCHANGE, BELOW, GROUPED, SHUFFLE, SPIN)
+                                       EXCHANGE, BELOW, GROUPED, SHUFFLE, SPIN, APPROX)
     return P, T, taus
 
 
@@ -212,7 +213,7 @@ def coop_panel_kernel(
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, FULL: tl.constexpr,
     EXCHANGE: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr, SHUFFLE: tl.constexpr,
-    SPIN: tl.constexpr, PDL: tl.constexpr,
+    SPIN: tl.constexpr, PDL: tl.constexpr, APPROX: tl.constexpr,
 ):
     """Grid: (NC, batch). Program (p, i) owns panel rows [p*BR, (p+1)*BR) of matrix i.
 
@@ -227,7 +228,9 @@ def coop_panel_kernel(
     shuffle, where panel.shuffle_layout_holds for a slice): the slice held as (BR, G, 4) as
     panel_program_grouped holds its tile, SHUFFLE its indexed shuffle. Invariants: NC, BR, BB
     powers of two, BB >= 16, BR >= BB, NC * BR >= L, and all NC programs of a matrix co-resident.
-    PDL: launch.wait_for_previous first (before any program spins on another).
+    PDL: launch.wait_for_previous first (before any program spins on another). APPROX
+    (PanelKnobs.reciprocal approx): the reflectors' reciprocals by the hardware's alone
+    (panel.reflector).
     """
     wait_for_previous(PDL)
     p = tl.program_id(0)
@@ -247,10 +250,10 @@ def coop_panel_kernel(
     # which lets the compiler fold their row masks (panel.row_masks).
     if p == 0:  # rows as a constant range (p * BR is zero here), so its masks fold as the panel's do
         P, T, taus = coop_reflectors(P, T, taus, first_rows, loop_cols, bw, part_ptr, count_ptr, pid, p, NC, BB,
-                                     EXCHANGE, UNROLL, False, GROUPED, SHUFFLE, SPIN)
+                                     EXCHANGE, UNROLL, False, GROUPED, SHUFFLE, SPIN, APPROX)
     else:
         P, T, taus = coop_reflectors(P, T, taus, slice_rows, loop_cols, bw, part_ptr, count_ptr, pid, p, NC, BB,
-                                     EXCHANGE, UNROLL, True, GROUPED, SHUFFLE, SPIN)
+                                     EXCHANGE, UNROLL, True, GROUPED, SHUFFLE, SPIN, APPROX)
     if GROUPED:
         P = tl.reshape(P, (BR, BB))
         T = tl.reshape(T, (BB, BB))
@@ -316,5 +319,5 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
         j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, EXCHANGE=exchange, UNROLL=knobs.unroll,
         GROUPED=grouped, SHUFFLE=grouped and not interpreted(), SPIN=spin_width(),
-        num_warps=num_warps, **pdl_launch(),
+        APPROX=knobs.reciprocal == "approx" and not interpreted(), num_warps=num_warps, **pdl_launch(),
     )
