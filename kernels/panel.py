@@ -425,21 +425,22 @@ def factor_grouped(P, rows, cols, C0: tl.constexpr, UNROLL: tl.constexpr, SHUFFL
 
 
 @triton.jit
-def factor_summing(P, rows, cols, UNROLL: tl.constexpr):
+def factor_summing(P, rows, cols, UNROLL: tl.constexpr, APPROX: tl.constexpr = False):
     """All reflectors of the (BL, BB) tile P, whose rows start at the panel's diagonal (rows: 0..BL-1),
-    by column_sums and reflect: factor_grouped's summing twin: (P, T, taus). UNROLL as householder_panel_kernel's."""
+    by column_sums and reflect: factor_grouped's summing twin: (P, T, taus). UNROLL as
+    householder_panel_kernel's; APPROX: reflector's."""
     BB: tl.constexpr = P.shape[1]
     T = tl.zeros((BB, BB), dtype=tl.float32)
     taus = tl.zeros((BB,), dtype=tl.float32)
     if UNROLL == 0:
         for k in range(0, BB):
             x, tail, row_k, proj = column_sums(P, rows, cols, k, False)
-            P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, False)
+            P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, False, APPROX)
     else:
         for k0 in range(0, BB, UNROLL):
             for r in tl.static_range(UNROLL):
                 x, tail, row_k, proj = column_sums(P, rows, cols, k0 + r, False)
-                P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k0 + r, False)
+                P, T, taus = reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k0 + r, False, APPROX)
     return P, T, taus
 
 

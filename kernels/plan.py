@@ -25,8 +25,7 @@ DRIVERS = ("geqrf", "blocked", "twolevel", "coop", "warp")
 BROADCASTS = ("sum", "shuffle")
 # PanelKnobs.reciprocal (panel.reflector): how a reflector forms 1 / (alpha - beta) and 1 / beta.
 RECIPROCALS = ("div", "approx")
-# The drivers whose panels read PanelKnobs.reciprocal (geqrf has none); coop.exchange tsqr's panels
-# always divide (route_problems refuses approx there).
+# The drivers whose panels read PanelKnobs.reciprocal (geqrf has none).
 RECIPROCAL_DRIVERS = ("warp", "blocked", "twolevel", "coop")
 # The warp driver (warp.py) holds a matrix's columns one a lane: its routes end at this n.
 WARP_MAX_N = 32
@@ -197,8 +196,8 @@ class PanelKnobs:
                                                     "on its chain of dependent instructions: div (fp32 division, "
                                                     "its range handling around the hardware reciprocal) or approx "
                                                     "(the hardware reciprocal alone, rcp.approx.ftz: 1 ulp; GPU "
-                                                    "only, the interpreter divides); every driver's panels but "
-                                                    "geqrf's and coop.exchange tsqr's")
+                                                    "only, the interpreter divides); every driver's panels (geqrf "
+                                                    "has none)")
     max_registers: object = knob(0, ByRows(IntRange(0, 255)), "registers per thread the panel may use "
                                                               "(ptxas maxnreg; it spills the rest), so that "
                                                               "more programs share an SM; 0: the compiler's "
@@ -393,11 +392,6 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
     if not value_problems(panel) and panel.reciprocal != "div" and driver not in RECIPROCAL_DRIVERS:
         out.append((("panel", "reciprocal"), f"got {panel.reciprocal} with driver {driver}; allowed: div, or "
                     f"{panel.reciprocal} with driver {', '.join(RECIPROCAL_DRIVERS)} ({driver} has no panel)"))
-    coop = sections["coop"]
-    if (driver == "coop" and not value_problems(panel) and panel.reciprocal != "div"
-            and not value_problems(coop) and coop.exchange == "tsqr"):
-        out.append((("panel", "reciprocal"), f"got {panel.reciprocal} with coop.exchange tsqr; allowed: div "
-                    "there (the TSQR panels divide), or another exchange"))
     strip = sections["strip"]
     if not value_problems(strip) and strip.split_rows and strip.split_rows < strip.bm:
         out.append((("strip", "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least strip.bm "
@@ -431,6 +425,7 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
         out.append((("strip", "v_parts"), f"got true with precision.project {precision.project} and "
                     f"precision.apply {precision.apply}; allowed: true with both fp16x3 (the parts are "
                     "fp16x3's)"))
+    coop = sections["coop"]
     if not value_problems(coop) and coop.broadcast == "shuffle" and coop.exchange == "counter":
         out.append((("coop", "broadcast"), "got shuffle with coop.exchange counter; allowed: shuffle with "
                     "exchange slots, spin or tsqr, or sum"))

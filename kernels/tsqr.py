@@ -35,14 +35,15 @@ from .scratch import scratch
 @triton.jit
 def tsqr_local_kernel(src_ptr, local_ptr, tloc_ptr, n, L, bw, panel_off,
                       NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, UNROLL: tl.constexpr,
-                      GROUPED: tl.constexpr, SHUFFLE: tl.constexpr, PDL: tl.constexpr):
+                      GROUPED: tl.constexpr, SHUFFLE: tl.constexpr, PDL: tl.constexpr, APPROX: tl.constexpr):
     """Grid: (NC, batch). Program (p, i) factors panel rows [p BR, (p+1) BR) of matrix i alone (zero
     past row L) and stores the factored slice (its R above its V) at rows [p BR, (p+1) BR) of
     matrix i's NC BR x BB block of local_ptr, its T at block (i, p) of tloc_ptr (batch x NC x BB x BB).
 
     GROUPED: the slice held as column groups (panel.factor_grouped, SHUFFLE its indexed shuffle),
     where panel.shuffle_layout_holds. Invariants: bw == BB (full-width panels), NC, BR, BB powers
-    of two, BR >= BB >= 16. PDL: launch.wait_for_previous first."""
+    of two, BR >= BB >= 16. PDL: launch.wait_for_previous first. APPROX (PanelKnobs.reciprocal
+    approx): the reflectors' reciprocals by the hardware's alone (panel.reflector)."""
     wait_for_previous(PDL)
     p = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
@@ -53,11 +54,11 @@ def tsqr_local_kernel(src_ptr, local_ptr, tloc_ptr, n, L, bw, panel_off,
     if GROUPED:
         G: tl.constexpr = BB // 4
         groups = tl.arange(0, G)[:, None] * 4 + tl.arange(0, 4)[None, :]
-        P, T, _ = factor_grouped(tl.reshape(P, (BR, G, 4)), local_rows[:, None], groups, 0, UNROLL, SHUFFLE)
+        P, T, _ = factor_grouped(tl.reshape(P, (BR, G, 4)), local_rows[:, None], groups, 0, UNROLL, SHUFFLE, APPROX)
         P = tl.reshape(P, (BR, BB))
         T = tl.reshape(T, (BB, BB))
     else:
-        P, T, _ = factor_summing(P, local_rows, cols, UNROLL)
+        P, T, _ = factor_summing(P, local_rows, cols, UNROLL, APPROX)
     tl.store(local_ptr + (pid * NC * BR + rows[:, None]) * BB + cols[None, :], P)
     tl.store(tloc_ptr + ((pid * NC + p) * BB + cols[:, None]) * BB + cols[None, :], T)
 
@@ -141,7 +142,7 @@ def small_dot(a, b):
 @triton.jit
 def tsqr_combine_kernel(local_ptr, tloc_ptr, x_ptr, top_ptr, tau_ptr, t_ptr, n, tau_off, t_bs, t_ld,
                         NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr,
-                        PDL: tl.constexpr):
+                        PDL: tl.constexpr, APPROX: tl.constexpr):
     """Grid: (batch,), combine_warps warps (one for a stack of up to 128 rows: every reduction stays
     inside it, no barrier). Program i combines tsqr_local_kernel's slices of matrix i and leaves
     what tsqr_apply_kernel needs:
@@ -152,7 +153,8 @@ def tsqr_combine_kernel(local_ptr, tloc_ptr, x_ptr, top_ptr, tau_ptr, t_ptr, n, 
     - Q's top block Q1 (slice 0's first BB rows) and its signed LU, Q1 - diag(s) = L1 U;
     - X = B U^-1 at x_ptr (batch x NC BB x BB): slice q's V is then [X_q; 0] - V_q T_q V_q[:BB]^T X_q;
     - top (batch x BB x BB): diag(s) R on and above the diagonal, L1 below; tau, and T = -U diag(s)
-      L1^-T (WRITE_T). PDL: launch.wait_for_previous first."""
+      L1^-T (WRITE_T). PDL: launch.wait_for_previous first. APPROX: the stack's reflectors as
+      tsqr_local_kernel's."""
     wait_for_previous(PDL)
     pid = tl.program_id(0).to(tl.int64)
     idx = tl.arange(0, BB)
@@ -161,7 +163,7 @@ def tsqr_combine_kernel(local_ptr, tloc_ptr, x_ptr, top_ptr, tau_ptr, t_ptr, n, 
     srows = tl.arange(0, NC * BB)
     stack = tl.load(local + ((srows // BB) * BR + srows % BB)[:, None] * BB + idx[None, :])
     stack = tl.where((srows % BB)[:, None] <= idx[None, :], stack, 0.0)
-    F, Tc, _ = factor_summing(stack, srows, idx, 0)
+    F, Tc, _ = factor_summing(stack, srows, idx, 0, APPROX)
     Y = unit_lower(F, srows, idx, NC * BB)
     R = tl.where(idx[:, None] <= idx[None, :], block_of(F, 0, NC), 0.0)
     K = small_dot(Tc, tl.trans(block_of(Y, 0, NC)))
@@ -236,14 +238,16 @@ def tsqr_panel(src, dst, tau, T, V, j, bw, *, programs, knobs, broadcast="sum", 
     tloc = scratch("tsqr_t", (batch, NC, BB, BB), dst.dtype, dst.device)
     x = scratch("tsqr_x", (batch, NC * BB, BB), dst.dtype, dst.device)
     top = scratch("tsqr_top", (batch, BB, BB), dst.dtype, dst.device)
+    approx = knobs.reciprocal == "approx" and not interpreted()
     tsqr_local_kernel[(NC, batch)](
         src, local, tloc, n, L, bw, j * n + j,
         NC=NC, BR=BR, BB=BB, UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
-        num_warps=num_warps, **pdl_launch())
+        APPROX=approx, num_warps=num_warps, **pdl_launch())
     tsqr_combine_kernel[(batch,)](
         local, tloc, x, top, tau, T if T is not None else tau, n, j,
         T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
-        NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, num_warps=combine_warps(NC * BB), **pdl_launch())
+        NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, APPROX=approx, num_warps=combine_warps(NC * BB),
+        **pdl_launch())
     tsqr_apply_kernel[(NC, batch)](
         local, tloc, x, top, dst, V, n, L, j * n + j, j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, num_warps=num_warps, **pdl_launch())

@@ -101,7 +101,7 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("panelregs", "blocked", 520, panel=dict(SHUFFLE32, max_registers=168), strip=dict(bm=16, bn=64)),
     # ... only on panels of at most 256 padded rows (no spill there: champion-shortregs)
     case("shortregs", "blocked", 520, panel=dict(SHUFFLE32, max_registers=((256, 168), (None, 0))), strip=FUSED),
-    # the reflectors' reciprocals by rcp.approx (panel.reciprocal approx, champion-rcp): the grouped
+    # the reflectors' reciprocals by rcp.approx (panel.reciprocal approx, the champion's): the grouped
     # panel with the fused strip, the summing panel in two row tiles, the split panel, two-level
     case("rcp", "blocked", 520, panel=dict(SHUFFLE32, reciprocal="approx"), strip=FUSED),
     case("rcp-rowtiles", "blocked", 352, panel=dict(width=16, row_tiles=2, reciprocal="approx"),
@@ -112,6 +112,9 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("rcp-coop", "coop", 2100, panel=dict(TALL16, unroll=4, reciprocal="approx"),
          strip=dict(bm=64, bn=32, split_rows=256), twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
          coop=dict(SLOTS4, exchange="spin", broadcast="shuffle")),
+    case("rcp-tsqr", "coop", 2100, panel=dict(TALL16, unroll=4, reciprocal="approx"),
+         strip=dict(bm=64, bn=32, split_rows=256), twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
+         coop=dict(SLOTS4, programs=8, exchange="tsqr", broadcast="shuffle")),
     case("2l-farstrip", "twolevel", 520, panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=64),
          twolevel=dict(outer=32, far_update="strip", block_t="kernel", gram="fp16x3")),
     case("2l", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32), twolevel=FAR_TF32),
