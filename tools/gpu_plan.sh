@@ -45,8 +45,8 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu/triton-cache}
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1). None queued: the warp driver was taken and the
-# mid panel's unroll 2 dropped (seventeenth session).
+# champion's own code, so its ratio there is 1). None queued: panel.reciprocal approx was taken
+# (eighteenth session); the warp driver taken and the mid panel's unroll 2 dropped (seventeenth).
 AT_SMALL=""
 AT_512=""
 AT_1024=""
