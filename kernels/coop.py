@@ -19,7 +19,8 @@ import triton
 import triton.language as tl
 
 from .launch import interpreted, pdl_launch, wait_for_previous
-from .panel import column_sums, grouped_reflect, grouped_sums, load_slice, reflect, row_slices, store_v
+from .panel import (approx_reciprocals, column_sums, grouped_reflect, grouped_sums, load_slice, reflect, row_slices,
+                    store_v)
 from .scratch import scratch
 
 
@@ -319,5 +320,5 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
         j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, EXCHANGE=exchange, UNROLL=knobs.unroll,
         GROUPED=grouped, SHUFFLE=grouped and not interpreted(), SPIN=spin_width(),
-        APPROX=knobs.reciprocal == "approx" and not interpreted(), num_warps=num_warps, **pdl_launch(),
+        APPROX=approx_reciprocals(knobs.reciprocal), num_warps=num_warps, **pdl_launch(),
     )

@@ -69,7 +69,7 @@ def column_sums(P, rows, cols, k, BELOW: tl.constexpr):
 
 
 @triton.jit
-def reflector(alpha, sigma, APPROX: tl.constexpr = False):
+def reflector(alpha, sigma, APPROX: tl.constexpr):
     """(tau, 1 / (alpha - beta), the new diagonal) of the reflector with alpha on the diagonal
     and sigma = ||tail||^2 below it (dlarfg's convention); tau 0 and the diagonal kept when the
     tail is exactly zero. APPROX: both reciprocals by the hardware's alone (reciprocal)."""
@@ -86,6 +86,12 @@ def reflector(alpha, sigma, APPROX: tl.constexpr = False):
     return tau_k, scale, tl.where(reflects, beta, alpha)
 
 
+def approx_reciprocals(reciprocal: str) -> bool:
+    """The kernels' APPROX for PanelKnobs.reciprocal: approx only where the kernel is compiled (the
+    interpreter runs no inline assembly, so there every reflector divides)."""
+    return reciprocal == "approx" and not interpreted()
+
+
 @triton.jit
 def reciprocal(x):
     """1 / x by the hardware's reciprocal alone (rcp.approx.ftz.f32: within 1 ulp, subnormals
@@ -97,7 +103,7 @@ def reciprocal(x):
 
 
 @triton.jit
-def reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW: tl.constexpr, APPROX: tl.constexpr = False):
+def reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, BELOW: tl.constexpr, APPROX: tl.constexpr):
     """Form reflector k from the summed row_k and proj, apply it to the panel slice P
     (columns right of k; column k becomes beta over v), and extend T and tau
     (BELOW: row_masks'; APPROX: reflector's)."""
@@ -158,7 +164,7 @@ def grouped_sums(P, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr, BELO
 
 @triton.jit
 def grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0: tl.constexpr, BELOW: tl.constexpr,
-                    WITH_T: tl.constexpr, APPROX: tl.constexpr = False):
+                    WITH_T: tl.constexpr, APPROX: tl.constexpr):
     """reflect for the panel held as (BL, G, 4), from grouped_sums' (x, tail, row_k, proj) summed
     over the panel's rows. WITH_T false leaves T and taus as they are (a cooperative program that
     does not store them). APPROX: reflector's."""
@@ -182,7 +188,7 @@ def grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0: tl.cons
 
 
 @triton.jit
-def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr, APPROX: tl.constexpr = False):
+def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr, APPROX: tl.constexpr):
     """Reflector k on the panel held as (BL, G, 4): column c is group (c - C0) // 4, entry c % 4.
     The same arithmetic as column_sums and reflect, with each row vector held as (BL, G),
     one copy per column group, so that column k reaches every group by group_broadcast.
@@ -408,7 +414,7 @@ def panel_program_grouped(
 
 @triton.jit
 def factor_grouped(P, rows, cols, C0: tl.constexpr, UNROLL: tl.constexpr, SHUFFLE: tl.constexpr,
-                   APPROX: tl.constexpr = False):
+                   APPROX: tl.constexpr):
     """All reflectors of the (BL, G, 4) tile P whose columns are cols (from C0): (P, T, taus);
     APPROX: reflector's."""
     G: tl.constexpr = P.shape[1]
@@ -425,7 +431,7 @@ def factor_grouped(P, rows, cols, C0: tl.constexpr, UNROLL: tl.constexpr, SHUFFL
 
 
 @triton.jit
-def factor_summing(P, rows, cols, UNROLL: tl.constexpr, APPROX: tl.constexpr = False):
+def factor_summing(P, rows, cols, UNROLL: tl.constexpr, APPROX: tl.constexpr):
     """All reflectors of the (BL, BB) tile P, whose rows start at the panel's diagonal (rows: 0..BL-1),
     by column_sums and reflect: factor_grouped's summing twin: (P, T, taus). UNROLL as
     householder_panel_kernel's; APPROX: reflector's."""
@@ -676,7 +682,7 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
                      UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
                      SPLIT=grouped and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH
                      and BL * (BB // 2) >= 4 * 32 * num_warps, V_PARTS=v_parts,
-                     APPROX=knobs.reciprocal == "approx" and not interpreted())
+                     APPROX=approx_reciprocals(knobs.reciprocal))
     pre_args, pre_constants = pending_launch(pending, src, j)
     table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst, TAU_SLOT=tau,
                                    PRE_SLOT=pending.src if pending is not None else None)

@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 
 from .launch import interpreted, pdl_launch, wait_for_previous
-from .panel import factor_grouped, factor_summing, householder_panel, load_slice, row_slices, store_v, unit_lower
+from .panel import (approx_reciprocals, factor_grouped, factor_summing, householder_panel, load_slice, row_slices,
+                    store_v, unit_lower)
 from .precision import dot_prec
 from .scratch import scratch
 
@@ -238,7 +239,7 @@ def tsqr_panel(src, dst, tau, T, V, j, bw, *, programs, knobs, broadcast="sum", 
     tloc = scratch("tsqr_t", (batch, NC, BB, BB), dst.dtype, dst.device)
     x = scratch("tsqr_x", (batch, NC * BB, BB), dst.dtype, dst.device)
     top = scratch("tsqr_top", (batch, BB, BB), dst.dtype, dst.device)
-    approx = knobs.reciprocal == "approx" and not interpreted()
+    approx = approx_reciprocals(knobs.reciprocal)
     tsqr_local_kernel[(NC, batch)](
         src, local, tloc, n, L, bw, j * n + j,
         NC=NC, BR=BR, BB=BB, UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),

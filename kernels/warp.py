@@ -17,7 +17,7 @@ import triton.language as tl
 
 from .blocked import new_outputs
 from .launch import interpreted
-from .panel import neg_zeros, reflector
+from .panel import approx_reciprocals, neg_zeros, reflector
 from .plan import WARP_MAX_N
 from .relocate import moved, relocation_args
 
@@ -57,9 +57,10 @@ def row_sum(X, keep):
 @triton.jit
 def warp_reflect(P, taus, scales, rows, cols, lanes, k, SHUFFLE: tl.constexpr, APPROX: tl.constexpr):
     """Reflector k of the tile P (a column a lane), applied to the columns right of k: (P, taus,
-    scales) with taus[k] = tau and scales[k] = 1 / (alpha - beta) (APPROX: panel.reflector's). Column k keeps x below its new
-    diagonal beta: scale_rows turns it into v once, after the last reflector, which saves a
-    product a row a reflector (later reflectors never touch the columns left of theirs)."""
+    scales) with taus[k] = tau and scales[k] = 1 / (alpha - beta) (APPROX: panel.reflector's).
+    Column k keeps x below its new diagonal beta: scale_rows turns it into v once, after the last
+    reflector, which saves a product a row a reflector (later reflectors never touch the columns
+    left of theirs)."""
     x = lane_broadcast(P, k, SHUFFLE)
     below = rows > k
     at = rows == k
@@ -125,9 +126,8 @@ def warp_qr(A, H, tau, reciprocal="div"):
     if n > WARP_MAX_N:
         raise ValueError(f"the one-warp QR takes n <= {WARP_MAX_N}, got n = {n}")
     table, slots = relocation_args(H, SRC_SLOT=A, DST_SLOT=H, TAU_SLOT=tau)
-    on_gpu = not interpreted()
-    warp_qr_kernel[(batch,)](A, H, tau, table, n, NB=WARP_MAX_N, SHUFFLE=on_gpu,
-                             APPROX=on_gpu and reciprocal == "approx", **slots, num_warps=1)
+    warp_qr_kernel[(batch,)](A, H, tau, table, n, NB=WARP_MAX_N, SHUFFLE=not interpreted(),
+                             APPROX=approx_reciprocals(reciprocal), **slots, num_warps=1)
 
 
 def qr_warp(A, route, out=None):

@@ -129,3 +129,14 @@ def test_only_geqrf_refuses_the_approximate_reciprocal():
         route("geqrf-rcp", driver="geqrf", panel=dict(reciprocal="approx"))
     with pytest.raises(ValueError, match=r"panel\.reciprocal: one of div, approx"):
         route("unknown-rcp", driver="warp", n_range=(1, 32), panel=dict(reciprocal="exact"))
+
+
+def test_the_interpreter_always_divides():
+    """approx_reciprocals decides every kernel's APPROX: the interpreter runs no inline assembly,
+    so on it a route with reciprocal approx divides (these CPU tests check that route's arithmetic,
+    the GPU twins its reciprocal)."""
+    from qrsub.kernels.launch import interpreted
+    from qrsub.kernels.panel import approx_reciprocals
+
+    assert approx_reciprocals("div") is False
+    assert approx_reciprocals("approx") is (not interpreted())
