@@ -1,4 +1,9 @@
-"""Shared helpers for the kernel tests: interpreter setup, inputs, plans."""
+"""Shared helpers for the kernel tests: interpreter setup, inputs, plans, compile checks."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 from qrsub.kernels import plan
@@ -7,6 +12,7 @@ from qrsub.kernels.strip import trailing_strip
 
 # conftest.py sets TRITON_INTERPRET where there is no GPU: kernels then run on CPU tensors.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+SASS_LOOP = Path(__file__).resolve().parent.parent / "tools" / "sass_loop.py"
 
 
 # Knobs for small shapes, by section; a test changes a few with route(panel=dict(width=8), ...).
@@ -14,6 +20,20 @@ SMALL_KNOBS = dict(panel=dict(width=16, num_warps=4), strip=dict(bm=16, bn=16, n
                    precision=dict(project="fp32", tcontract="fp32", apply="fp32"),
                    twolevel=dict(outer=32, far_precision="fp32"), coop=dict(programs=1, max_rows=64),
                    graph=dict(mode="off"))
+
+
+def sass_loop_lines(*flags: str) -> list:
+    """The lines tools/sass_loop.py prints with FLAGS: a kernel compiled for sm_90 by Triton's own
+    compiler, in a process without TRITON_INTERPRET, so these compile checks run on the CPU."""
+    run = subprocess.run([sys.executable, str(SASS_LOOP), *flags], capture_output=True, text=True,
+                         env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
+    return run.stdout.splitlines()
+
+
+def sass_loop_count(label: str, *flags: str) -> int:
+    """The instruction count on sass_loop.py's one line `LABEL: N instructions...` (kernel or loop)."""
+    (line,) = [ln for ln in sass_loop_lines(*flags) if ln.startswith(f"{label}: ")]
+    return int(line.split()[1])
 
 
 def route(name="test", driver="blocked", n_range=(1, None), batch_range=(1, None), **sections) -> plan.Route:

@@ -2,14 +2,10 @@
 kernel itself through the interpreter with one program (programs spin on each other,
 which the interpreter, running them one after another, cannot do; test_gpu_kernels.py
 runs 2, 4 and 8 programs on a GPU)."""
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from kernel_helpers import special_matrices
+from kernel_helpers import sass_loop_lines, special_matrices
 
 from qrsub.kernels.coop import coop_panel, resident_programs, spin_width
 from qrsub.kernels.naive import coop_panel_ref, panel_ref
@@ -77,7 +73,6 @@ def test_grouped_slices_need_slots_or_spin():
                    knobs=PanelKnobs(num_warps=4, unroll=4))
 
 
-ROOT = Path(__file__).resolve().parents[1]
 UNROLL = 4
 
 
@@ -98,10 +93,9 @@ def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, 
     pack = spin_width()
     consts = dict(NC=programs, BR=rows, BB=width, WRITE_T=True, FULL=full, EXCHANGE="spin", UNROLL=UNROLL,
                   GROUPED=grouped, SHUFFLE=grouped, SPIN=pack, PDL=False)
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_loop.py"), "--asm-loops", "--warps", str(warps),
-                          "--kernel", "coop.coop_panel_kernel", *(f"--const={k}={v}" for k, v in consts.items())],
-                         capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
-    loops = [line for line in run.stdout.splitlines() if line.startswith("asm loop:")]
+    lines = sass_loop_lines("--asm-loops", "--warps", str(warps), "--kernel", "coop.coop_panel_kernel",
+                            *(f"--const={k}={v}" for k, v in consts.items()))
+    loops = [line for line in lines if line.startswith("asm loop:")]
     assert loops == [f"asm loop: {2 * programs * pack} loads; undefined operands: none"] * (2 * UNROLL)
 
 

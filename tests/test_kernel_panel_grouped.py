@@ -5,20 +5,16 @@ inline assembly there), so these tests check the grouped arithmetic against the 
 panel; the indexed shuffle itself has its GPU twin in test_gpu_kernels.py.
 """
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from kernel_helpers import harness_check, route, special_matrices
+from kernel_helpers import harness_check, route, sass_loop_count, sass_loop_lines, special_matrices
 
 from qrsub.kernels.blocked import qr_blocked
 from qrsub.kernels.naive import panel_ref
 from qrsub.kernels.panel import householder_panel, panel_launch
 from qrsub.kernels.plan import PanelKnobs
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def factor_panel(A, width, broadcast, unroll):
@@ -152,10 +148,8 @@ def test_the_grouped_panel_keeps_the_shuffle_s_layout_when_it_stores_v_parts(spl
     the load 8 columns a thread, and the H200 NaN (thirteenth session); packed in 32-bit words
     they keep the plain panel's layout."""
     def layouts(*flags):
-        run = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_loop.py"), "--grouped", "--load-layouts",
-                              *(["--split"] if split else []), *flags],
-                             capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
-        return [line for line in run.stdout.splitlines() if line.startswith("load:")]
+        lines = sass_loop_lines("--grouped", "--load-layouts", *(["--split"] if split else []), *flags)
+        return [line for line in lines if line.startswith("load:")]
 
     plain, parts = layouts(), layouts("--v-parts")
     assert plain and "sizePerThread = [1, 4]" in plain[0]
@@ -168,15 +162,6 @@ def test_the_approximate_reciprocal_keeps_the_layout_and_shortens_the_loop():
     load keeps the layout the shuffle needs, and the loop of 4 reflectors loses fp32
     division's range handling, two divisions a reflector (Triton 3.6: 2,011 instructions
     against 2,071)."""
-    def lines(*flags):
-        run = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_loop.py"), "--grouped", *flags],
-                             capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
-        return run.stdout.splitlines()
-
-    def loop_count(*flags):
-        (line,) = [ln for ln in lines(*flags) if ln.startswith("loop: ")]
-        return int(line.split()[1])
-
-    assert lines("--load-layouts", "--approx") == lines("--load-layouts")
-    divided, approximated = loop_count(), loop_count("--approx")
+    assert sass_loop_lines("--grouped", "--load-layouts", "--approx") == sass_loop_lines("--grouped", "--load-layouts")
+    divided, approximated = sass_loop_count("loop", "--grouped"), sass_loop_count("loop", "--grouped", "--approx")
     assert approximated <= divided - 8 * 4, f"{approximated} instructions a loop against {divided}"

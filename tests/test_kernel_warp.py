@@ -8,17 +8,17 @@ twin test_warp_driver_on_gpu in test_gpu_kernels.py.
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from kernel_helpers import SETTINGS, harness_check, route, special_matrices
+from kernel_helpers import SETTINGS, harness_check, route, sass_loop_count, sass_loop_lines, special_matrices
 
 from qrsub.kernels import plan, routing
+from qrsub.kernels.launch import interpreted
 from qrsub.kernels.naive import panel_ref
+from qrsub.kernels.panel import approx_reciprocals
 from qrsub.kernels.warp import warp_qr
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 16, 17, 31, 32])
@@ -65,19 +65,11 @@ def test_warp_routes_end_at_32():
 COLUMN_A_LANE = "sizePerThread = [1, 1], threadsPerWarp = [1, 32], warpsPerCTA = [1, 1], order = [1, 0]"
 
 
-def compiled_lines(*flags: str, approx: bool = False) -> list:
-    """Each line tools/sass_loop.py prints with FLAGS for warp_qr_kernel compiled for sm_90 (APPROX:
+def warp_flags(approx: bool = False) -> tuple:
+    """tools/sass_loop.py's flags for warp_qr_kernel as the launcher compiles it for sm_90 (APPROX:
     panel.reciprocal approx)."""
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "sass_loop.py"), "--kernel", "warp.warp_qr_kernel",
-                          "--warps", "1", "--const", f"NB={plan.WARP_MAX_N}", "--const", "SHUFFLE=True",
-                          "--const", f"APPROX={approx}", *flags],
-                         capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=True)
-    return run.stdout.splitlines()
-
-
-def sass_count(approx: bool) -> int:
-    (line,) = [ln for ln in compiled_lines(approx=approx) if ln.startswith("kernel: ")]
-    return int(line.split()[1])
+    return ("--kernel", "warp.warp_qr_kernel", "--warps", "1", "--const", f"NB={plan.WARP_MAX_N}",
+            "--const", "SHUFFLE=True", "--const", f"APPROX={approx}")
 
 
 def test_the_launcher_never_specializes_n():
@@ -107,8 +99,8 @@ def test_the_warp_tile_is_a_column_a_lane_where_it_is_shuffled():
     and reads the load's layout and the layout each shuffle reads: with n specialized on its
     alignment Triton would load 4 columns a lane (16-byte loads) and the shuffle would mix
     columns."""
-    assert compiled_lines("--load-layouts") == [f"load: {COLUMN_A_LANE}"]
-    shuffles = compiled_lines("--asm-layouts")
+    assert sass_loop_lines(*warp_flags(), "--load-layouts") == [f"load: {COLUMN_A_LANE}"]
+    shuffles = sass_loop_lines(*warp_flags(), "--asm-layouts")
     assert len(shuffles) == plan.WARP_MAX_N, "one shuffle op a reflector"
     assert set(shuffles) == {f"asm: {COLUMN_A_LANE}"}
 
@@ -118,7 +110,8 @@ def test_the_approximate_reciprocal_shortens_each_reflector():
     reciprocal (two divisions a reflector). The interpreter cannot run it (it divides), so this
     counts the compiled kernel's SASS for sm_90; its arithmetic is the GPU twin's
     (test_warp_driver_on_gpu, reciprocal approx). Triton 3.6 gave 3,368 against 3,784."""
-    divided, approximated = sass_count(approx=False), sass_count(approx=True)
+    divided = sass_loop_count("kernel", *warp_flags(approx=False))
+    approximated = sass_loop_count("kernel", *warp_flags(approx=True))
     assert approximated <= divided - 8 * plan.WARP_MAX_N, f"{approximated} instructions against {divided}"
 
 
@@ -135,8 +128,5 @@ def test_the_interpreter_always_divides():
     """approx_reciprocals decides every kernel's APPROX: the interpreter runs no inline assembly,
     so on it a route with reciprocal approx divides (these CPU tests check that route's arithmetic,
     the GPU twins its reciprocal)."""
-    from qrsub.kernels.launch import interpreted
-    from qrsub.kernels.panel import approx_reciprocals
-
     assert approx_reciprocals("div") is False
     assert approx_reciprocals("approx") is (not interpreted())
