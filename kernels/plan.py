@@ -25,13 +25,14 @@ DRIVERS = ("geqrf", "blocked", "twolevel", "coop", "warp")
 BROADCASTS = ("sum", "shuffle")
 # PanelKnobs.reciprocal (panel.reflector): how a reflector forms 1 / (alpha - beta) and 1 / beta.
 RECIPROCALS = ("div", "approx")
-# The drivers whose panels read PanelKnobs.reciprocal (geqrf has none).
-RECIPROCAL_DRIVERS = ("warp", "blocked", "twolevel", "coop")
 # The warp driver (warp.py) holds a matrix's columns one a lane: its routes end at this n.
 WARP_MAX_N = 32
 # Drivers that read the panel, strip and precision knobs (geqrf reads none; warp the graph knobs
 # and panel.reciprocal alone).
 PANEL_DRIVERS = ("blocked", "twolevel", "coop")
+# The drivers whose panels read PanelKnobs.reciprocal: the warp driver's one-warp QR and every
+# panel driver's (geqrf has none).
+RECIPROCAL_DRIVERS = ("warp",) + PANEL_DRIVERS
 # Drivers built from inner panels inside outer blocks (they read `twolevel`).
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
 # How the cooperative panel's programs combine their rows: partial sums exchanged per reflector
