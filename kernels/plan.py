@@ -30,9 +30,6 @@ WARP_MAX_N = 32
 # Drivers that read the panel, strip and precision knobs (geqrf reads none; warp the graph knobs
 # and panel.reciprocal alone).
 PANEL_DRIVERS = ("blocked", "twolevel", "coop")
-# The drivers whose panels read PanelKnobs.reciprocal: the warp driver's one-warp QR and every
-# panel driver's (geqrf has none).
-RECIPROCAL_DRIVERS = ("warp",) + PANEL_DRIVERS
 # Drivers built from inner panels inside outer blocks (they read `twolevel`).
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
 # How the cooperative panel's programs combine their rows: partial sums exchanged per reflector
@@ -197,8 +194,8 @@ class PanelKnobs:
                                                     "on its chain of dependent instructions: div (fp32 division, "
                                                     "its range handling around the hardware reciprocal) or approx "
                                                     "(the hardware reciprocal alone, rcp.approx.ftz: 1 ulp; GPU "
-                                                    "only, the interpreter divides); every driver's panels (geqrf "
-                                                    "has none)")
+                                                    "only, the interpreter divides); every driver's panels (geqrf, "
+                                                    "with none, ignores it)")
     max_registers: object = knob(0, ByRows(IntRange(0, 255)), "registers per thread the panel may use "
                                                               "(ptxas maxnreg; it spills the rest), so that "
                                                               "more programs share an SM; 0: the compiler's "
@@ -389,11 +386,7 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
         out.append((("n",), f"got n {n_range[0]}..{'' if n_range[1] is None else n_range[1]} with driver warp; "
                     f"allowed: a range that ends at {WARP_MAX_N} or below (a column a lane of one warp)"))
     out += graph_problems(driver, sections["graph"])
-    panel = sections["panel"]
-    if not value_problems(panel) and panel.reciprocal != "div" and driver not in RECIPROCAL_DRIVERS:
-        out.append((("panel", "reciprocal"), f"got {panel.reciprocal} with driver {driver}; allowed: div, or "
-                    f"{panel.reciprocal} with driver {', '.join(RECIPROCAL_DRIVERS)} ({driver} has no panel)"))
-    strip = sections["strip"]
+    panel, strip = sections["panel"], sections["strip"]
     if not value_problems(strip) and strip.split_rows and strip.split_rows < strip.bm:
         out.append((("strip", "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least strip.bm "
                     f"({strip.bm}): each split is a whole number of row tiles"))

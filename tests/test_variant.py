@@ -428,3 +428,12 @@ def test_child_routes_must_be_a_list(tmp_path):
     write(tmp_path, "parent.yaml", PARENT)
     message = reject(tmp_path, "extends: parent.yaml\nroutes: {name: big}\n", "child.yaml")
     assert "child.yaml:2:9: routes: expected a list of routes" in message
+
+
+def test_a_geqrf_route_may_extend_the_champion(tmp_path):
+    """The champion's defaults set panel.reciprocal approx; geqrf has no panel and ignores it, as
+    it ignores every panel knob, so a user's geqrf route on top of the champion loads."""
+    child = write(tmp_path, "torchy.yaml", f"extends: {VARIANTS / 'champion.yaml'}\n"
+                  "routes:\n  - {name: torchy, n: [5000, null], driver: geqrf, before: giant}\n")
+    torchy = next(r for r in load_variant(child).routes if r.name == "torchy")
+    assert torchy.driver == "geqrf" and torchy.panel.reciprocal == "approx"
