@@ -25,10 +25,12 @@ DRIVERS = ("geqrf", "blocked", "twolevel", "coop", "warp")
 BROADCASTS = ("sum", "shuffle")
 # PanelKnobs.reciprocal (panel.reflector): how a reflector forms 1 / (alpha - beta) and 1 / beta.
 RECIPROCALS = ("div", "approx")
+# PanelKnobs.sigma (warp.py, the warp driver alone): where a reflector's ||tail||^2 comes from.
+SIGMAS = ("broadcast", "own")
 # The warp driver (warp.py) holds a matrix's columns one a lane: its routes end at this n.
 WARP_MAX_N = 32
 # Drivers that read the panel, strip and precision knobs (geqrf reads none; warp the graph knobs
-# and panel.reciprocal alone).
+# and panel.reciprocal, sigma and row_chains alone).
 PANEL_DRIVERS = ("blocked", "twolevel", "coop")
 # Drivers built from inner panels inside outer blocks (they read `twolevel`).
 TWO_LEVEL_DRIVERS = ("twolevel", "coop")
@@ -196,6 +198,16 @@ class PanelKnobs:
                                                     "(the hardware reciprocal alone, rcp.approx.ftz: 1 ulp; GPU "
                                                     "only, the interpreter divides); every driver's panels (geqrf, "
                                                     "with none, ignores it)")
+    sigma: str = knob("broadcast", OneOf(SIGMAS), "the warp driver's ||tail||^2 for reflector k (its other "
+                                                 "panels have it from the reduction that forms the "
+                                                 "projections): broadcast (each lane sums the squares of the "
+                                                 "shuffled column k once its shuffles arrive) or own (each "
+                                                 "lane sums its own column's tail as soon as the previous "
+                                                 "reflector has updated it, lane k's sum reaching the others "
+                                                 "by one shuffle, beside column k's shuffles)")
+    row_chains: int = knob(4, Pow2(1, 8), "the warp driver's partial sums in each reduction over its rows "
+                                          "(row r to sum r mod row_chains): chains of 32 / row_chains "
+                                          "dependent additions")
     max_registers: object = knob(0, ByRows(IntRange(0, 255)), "registers per thread the panel may use "
                                                               "(ptxas maxnreg; it spills the rest), so that "
                                                               "more programs share an SM; 0: the compiler's "
@@ -360,7 +372,7 @@ SECTIONS = {"panel": PanelKnobs, "strip": StripKnobs, "precision": PrecisionKnob
             "twolevel": TwoLevelKnobs, "coop": CoopKnobs, "graph": GraphKnobs}
 DRIVER_DOC = ("geqrf (torch), blocked (single-level), twolevel, coop (cooperative two-level), warp (the whole "
               f"QR in one warp a matrix, a column a lane: n <= {WARP_MAX_N}; it reads only the graph knobs and "
-              "panel.reciprocal)")
+              "panel.reciprocal, sigma and row_chains)")
 
 
 def value_problems(group) -> list:

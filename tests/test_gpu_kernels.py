@@ -168,6 +168,17 @@ def test_drivers_pass_the_gate_on_gpu(driver, n, knobs, prec):
     assert margin < 0.5, f"factor residual at {margin:.2f} of the gate"
 
 
+def assert_warp_result(A, H, tau):
+    """The warp driver's (H, tau) of A against the unblocked reference on the first and last
+    matrices (gpu_matrices' first holds an exactly zero column: tau 0 there), and the gate."""
+    for i in (0, A.shape[0] - 1):
+        P, tau_ref, _, _ = panel_ref(A[i].double().cpu())
+        torch.testing.assert_close(H[i].double().cpu(), P, atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(tau[i].double().cpu(), tau_ref, atol=1e-5, rtol=1e-4)
+    if A.shape[1] > 1:
+        assert harness_check(A, H, tau) < 0.5
+
+
 @pytest.mark.parametrize("reciprocal", plan.RECIPROCALS)
 @pytest.mark.parametrize("graph", ["off", "inplace", "relocate", "capture"])
 @pytest.mark.parametrize("batch,n", [(20, 32), (3, 1), (5, 7), (7, 31), (640, 32)])
@@ -182,12 +193,19 @@ def test_warp_driver_on_gpu(batch, n, graph, reciprocal):
     inputs = [gpu_matrices(batch, n, seed=s, cond=1) for s in range(3)]
     for A in inputs + inputs:
         H, tau = routing.qr_routed(A, [warp], settings)
-        for i in (0, batch - 1):  # the first holds an exactly zero column (tau 0 there)
-            P, tau_ref, _, _ = panel_ref(A[i].double().cpu())
-            torch.testing.assert_close(H[i].double().cpu(), P, atol=1e-4, rtol=1e-3)
-            torch.testing.assert_close(tau[i].double().cpu(), tau_ref, atol=1e-5, rtol=1e-4)
-        if n > 1:
-            assert harness_check(A, H, tau) < 0.5
+        assert_warp_result(A, H, tau)
+
+
+@pytest.mark.parametrize("sigma,chains", [("own", 4), ("own", 8), ("broadcast", 8), ("own", 2)])
+@pytest.mark.parametrize("batch,n", [(20, 32), (3, 1), (5, 7), (7, 31)])
+def test_warp_sigma_and_chains_on_gpu(batch, n, sigma, chains):
+    """panel.sigma own (lane k's own sum shuffled: the interpreter sums over the lanes instead) and
+    panel.row_chains, with the champion's reciprocal, against the unblocked reference."""
+    warp = route(f"warp-{sigma}-{chains}-{batch}-{n}", driver="warp", n_range=(1, plan.WARP_MAX_N),
+                 graph=dict(mode="off"), panel=dict(reciprocal="approx", sigma=sigma, row_chains=chains))
+    A = gpu_matrices(batch, n, seed=1, cond=1)
+    H, tau = routing.qr_routed(A, [warp], plan.Settings())
+    assert_warp_result(A, H, tau)
 
 
 @pytest.mark.parametrize("packed", [True, False])

@@ -21,15 +21,20 @@ from qrsub.kernels.warp import warp_qr
 
 
 
+# (panel.sigma, panel.row_chains): the champion's, each lane's own tail sum, and the chains' ends.
+SIGMA_CHAINS = [("broadcast", 4), ("own", 4), ("own", 8), ("broadcast", 1)]
+
+
 @pytest.mark.parametrize("n", [1, 2, 5, 16, 17, 31, 32])
-def test_warp_qr_matches_the_unblocked_reference(n):
+@pytest.mark.parametrize("sigma,chains", SIGMA_CHAINS)
+def test_warp_qr_matches_the_unblocked_reference(n, sigma, chains):
     """Random, a zero column, all zeros, identity, rank deficient; outputs start as NaN, so every
     entry of H and tau must be written."""
     A = special_matrices(n)
     H = torch.full_like(A, float("nan"))
     tau = torch.full((A.shape[0], n), float("nan"), device=A.device)
     before = A.clone()
-    warp_qr(A, H, tau)
+    warp_qr(A, H, tau, plan.PanelKnobs(sigma=sigma, row_chains=chains))
     assert torch.equal(A, before), "the kernel must not write to its input"
     for i in range(A.shape[0]):
         P, tau_ref, _, _ = panel_ref(A[i].double().cpu())  # one panel as wide as the matrix
@@ -65,11 +70,12 @@ def test_warp_routes_end_at_32():
 COLUMN_A_LANE = "sizePerThread = [1, 1], threadsPerWarp = [1, 32], warpsPerCTA = [1, 1], order = [1, 0]"
 
 
-def warp_flags(approx: bool = False) -> tuple:
+def warp_flags(approx: bool = False, own_sigma: bool = False, chains: int = 4) -> tuple:
     """tools/sass_loop.py's flags for warp_qr_kernel as the launcher compiles it for sm_90 (APPROX:
-    panel.reciprocal approx)."""
+    panel.reciprocal approx; OWN_SIGMA: panel.sigma own; CHAINS: panel.row_chains)."""
     return ("--kernel", "warp.warp_qr_kernel", "--warps", "1", "--const", f"NB={plan.WARP_MAX_N}",
-            "--const", "SHUFFLE=True", "--const", f"APPROX={approx}")
+            "--const", "SHUFFLE=True", "--const", f"APPROX={approx}", "--const", f"OWN_SIGMA={own_sigma}",
+            "--const", f"CHAINS={chains}")
 
 
 def test_the_launcher_never_specializes_n():
@@ -103,6 +109,16 @@ def test_the_warp_tile_is_a_column_a_lane_where_it_is_shuffled():
     shuffles = sass_loop_lines(*warp_flags(), "--asm-layouts")
     assert len(shuffles) == plan.WARP_MAX_N, "one shuffle op a reflector"
     assert set(shuffles) == {f"asm: {COLUMN_A_LANE}"}
+
+
+def test_each_lane_holds_its_own_columns_sum_where_sigma_is_shuffled():
+    """panel.sigma own: each lane's sum over its own column (a vector sliced from the tile's
+    layout) reaches the others by a shuffle from lane k, which holds only where that vector is
+    one value a lane, lane c's being column c's. The interpreter sums instead (no shuffle), so
+    the compiled kernel's layouts are read here; the GPU twin checks the arithmetic."""
+    shuffles = sass_loop_lines(*warp_flags(own_sigma=True), "--asm-layouts")
+    assert sorted(shuffles) == sorted([f"asm: {COLUMN_A_LANE}"] * plan.WARP_MAX_N
+                                      + [f"asm: slice 0 of {COLUMN_A_LANE}"] * plan.WARP_MAX_N)
 
 
 def test_the_approximate_reciprocal_shortens_each_reflector():

@@ -138,9 +138,16 @@ def loop_bodies(sass):
 
 def named_layouts(ttgir: str, op_layout: str) -> list:
     """The blocked layout (sizePerThread, threadsPerWarp, ...) of each op that the regex OP_LAYOUT
-    finds in the TTGIR, in program order (its group: the layout's name)."""
+    finds in the TTGIR, in program order (its group: the layout's name, or a slice of a named
+    layout as `ttg.slice<{dim = D, parent = #NAME}>`, given as "slice D of" the parent's)."""
     layouts = dict(re.findall(r"^#(\w+) = #ttg\.blocked<\{([^}]*)\}>", ttgir, re.M))
-    return [layouts.get(name, name) for name in re.findall(op_layout, ttgir)]
+
+    def resolve(name: str) -> str:
+        sliced = re.fullmatch(r"ttg\.slice<\{dim = (\d+), parent = #(\w+)\}>", name)
+        if sliced:
+            return f"slice {sliced.group(1)} of {layouts.get(sliced.group(2), sliced.group(2))}"
+        return layouts.get(name, name)
+    return [resolve(name) for name in re.findall(op_layout, ttgir)]
 
 
 def load_layouts(ttgir: str) -> list:
@@ -152,7 +159,7 @@ def load_layouts(ttgir: str) -> list:
 def asm_layouts(ttgir: str) -> list:
     """The layout of each inline assembly op's first operand: the warp driver's shuffle reads its
     tile in the layout the load gave it, with no conversion between."""
-    return named_layouts(ttgir, r"elementwise_inline_asm .*?: tensor<[^,]*, #(\w+)>")
+    return named_layouts(ttgir, r"elementwise_inline_asm .*?: tensor<[^,]*, #(\w+|ttg\.slice<\{[^}]*\}>)>")
 
 
 def inline_asm_blocks(ptx: str) -> list:
