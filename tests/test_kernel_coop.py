@@ -76,14 +76,17 @@ def test_grouped_slices_need_slots_or_spin():
 UNROLL = 4
 
 
-@pytest.mark.parametrize("programs,rows,width,warps,grouped,full", [
-    (4, 1024, 16, 8, True, True), (4, 512, 16, 4, True, True), (2, 1024, 16, 8, True, True),  # giant, huge
-    (8, 256, 32, 4, True, True), (2, 1024, 32, 4, False, True), (4, 512, 16, 4, False, False),  # GPU twins
-    (2, 64, 16, 1, True, True)])
-def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, width, warps, grouped, full,
+@pytest.mark.parametrize("programs,rows,width,warps,grouped,full,arch", [
+    (4, 1024, 16, 8, True, True, 90), (4, 512, 16, 4, True, True, 90), (2, 1024, 16, 8, True, True, 90),  # giant, huge
+    (8, 256, 32, 4, True, True, 90), (2, 1024, 32, 4, False, True, 90), (4, 512, 16, 4, False, False, 90),  # twins
+    (2, 64, 16, 1, True, True, 90),
+    # the champion's giant and huge panels compiled for the B200 (sm_100): no GPU here has run them
+    (4, 1024, 16, 8, True, True, 100), (4, 512, 16, 4, True, True, 100)])
+def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, width, warps, grouped, full, arch,
                                                                 monkeypatch):
     """coop.exchange spin: the PTX loop (settled_sums_ptx) takes spin_width values a thread. The
-    interpreter cannot run it, so this compiles the cooperative panel for sm_90 (tools/sass_loop.py,
+    interpreter cannot run it, so this compiles the cooperative panel for sm_90, and for sm_100 (the
+    B200) on the champion's shapes (tools/sass_loop.py,
     Triton's compiler, no GPU) and reads the PTX: one poll loop a reflector (UNROLL of them in
     each of the kernel's two loops, program 0's and the others'), loading every program's row_k and
     proj words of the thread's values, and no operand that nothing writes (Triton passes those
@@ -93,7 +96,7 @@ def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, 
     pack = spin_width()
     consts = dict(NC=programs, BR=rows, BB=width, WRITE_T=True, FULL=full, EXCHANGE="spin", UNROLL=UNROLL,
                   GROUPED=grouped, SHUFFLE=grouped, SPIN=pack, PDL=False)
-    lines = sass_loop_lines("--asm-loops", "--warps", str(warps), "--kernel", "coop.coop_panel_kernel",
+    lines = sass_loop_lines("--asm-loops", "--arch", str(arch), "--warps", str(warps), "--kernel", "coop.coop_panel_kernel",
                             *(f"--const={k}={v}" for k, v in consts.items()))
     loops = [line for line in lines if line.startswith("asm loop:")]
     assert loops == [f"asm loop: {2 * programs * pack} loads; undefined operands: none"] * (2 * UNROLL)

@@ -156,6 +156,16 @@ def test_the_grouped_panel_keeps_the_shuffle_s_layout_when_it_stores_v_parts(spl
     assert parts == plain
 
 
+def test_the_b200_compile_gives_the_grouped_panel_the_same_layouts():
+    """The indexed shuffle is right only in the layout the compile checks above read for sm_90.
+    champion-b200.yaml sums instead, since no B200 has run the shuffle; this compiles the mid
+    route's panel (512 x 32, 4 warps, unroll 4, approx) for sm_100 too and finds the same load
+    layout and the same layouts under each inline assembly op (GPU-free evidence, not a run)."""
+    for flag in ("--load-layouts", "--asm-layouts"):
+        hopper = sass_loop_lines("--grouped", "--approx", flag)
+        assert hopper and sass_loop_lines("--grouped", "--approx", "--arch", "100", flag) == hopper
+
+
 def test_the_approximate_reciprocal_keeps_the_layout_and_shortens_the_loop():
     """panel.reciprocal approx on the mid route's grouped panel (512 x 32, 4 warps, unroll 4),
     compiled for sm_90 (the interpreter divides either way; the GPU twins rcp* run it): the

@@ -70,10 +70,10 @@ def test_warp_routes_end_at_32():
 COLUMN_A_LANE = "sizePerThread = [1, 1], threadsPerWarp = [1, 32], warpsPerCTA = [1, 1], order = [1, 0]"
 
 
-def warp_flags(approx: bool = False, own_sigma: bool = False, chains: int = 4) -> tuple:
-    """tools/sass_loop.py's flags for warp_qr_kernel as the launcher compiles it for sm_90 (APPROX:
+def warp_flags(approx: bool = False, own_sigma: bool = False, chains: int = 4, arch: int = 90) -> tuple:
+    """tools/sass_loop.py's flags for warp_qr_kernel as the launcher compiles it for sm_ARCH (APPROX:
     panel.reciprocal approx; OWN_SIGMA: panel.sigma own; CHAINS: panel.row_chains)."""
-    return ("--kernel", "warp.warp_qr_kernel", "--warps", "1", "--const", f"NB={plan.WARP_MAX_N}",
+    return ("--kernel", "warp.warp_qr_kernel", "--arch", str(arch), "--warps", "1", "--const", f"NB={plan.WARP_MAX_N}",
             "--const", "SHUFFLE=True", "--const", f"APPROX={approx}", "--const", f"OWN_SIGMA={own_sigma}",
             "--const", f"CHAINS={chains}")
 
@@ -98,25 +98,27 @@ for value in (1, 16, 32):
     assert run.stdout.split() == ["i32"] * 3, f"n reaches the compiler as {run.stdout.split()}"
 
 
-def test_the_warp_tile_is_a_column_a_lane_where_it_is_shuffled():
+@pytest.mark.parametrize("arch", [90, 100])  # 100: the B200's sm_100, which no GPU here has run
+def test_the_warp_tile_is_a_column_a_lane_where_it_is_shuffled(arch):
     """lane_broadcast's shuffle reads column k from lane k, row by row, which holds only where
     the tile is laid out one column a lane with every row in the lane's registers. The
-    interpreter cannot see layouts, so this compiles the kernel for sm_90 (tools/sass_loop.py)
-    and reads the load's layout and the layout each shuffle reads: with n specialized on its
-    alignment Triton would load 4 columns a lane (16-byte loads) and the shuffle would mix
-    columns."""
-    assert sass_loop_lines(*warp_flags(), "--load-layouts") == [f"load: {COLUMN_A_LANE}"]
-    shuffles = sass_loop_lines(*warp_flags(), "--asm-layouts")
+    interpreter cannot see layouts, so this compiles the kernel for sm_90 and for the B200's
+    sm_100 (tools/sass_loop.py) and reads the load's layout and the layout each shuffle reads:
+    with n specialized on its alignment Triton would load 4 columns a lane (16-byte loads) and
+    the shuffle would mix columns."""
+    assert sass_loop_lines(*warp_flags(arch=arch), "--load-layouts") == [f"load: {COLUMN_A_LANE}"]
+    shuffles = sass_loop_lines(*warp_flags(arch=arch), "--asm-layouts")
     assert len(shuffles) == plan.WARP_MAX_N, "one shuffle op a reflector"
     assert set(shuffles) == {f"asm: {COLUMN_A_LANE}"}
 
 
-def test_each_lane_holds_its_own_columns_sum_where_sigma_is_shuffled():
+@pytest.mark.parametrize("arch", [90, 100])
+def test_each_lane_holds_its_own_columns_sum_where_sigma_is_shuffled(arch):
     """panel.sigma own: each lane's sum over its own column (a vector sliced from the tile's
     layout) reaches the others by a shuffle from lane k, which holds only where that vector is
     one value a lane, lane c's being column c's. The interpreter sums instead (no shuffle), so
     the compiled kernel's layouts are read here; the GPU twin checks the arithmetic."""
-    shuffles = sass_loop_lines(*warp_flags(own_sigma=True), "--asm-layouts")
+    shuffles = sass_loop_lines(*warp_flags(own_sigma=True, arch=arch), "--asm-layouts")
     assert sorted(shuffles) == sorted([f"asm: {COLUMN_A_LANE}"] * plan.WARP_MAX_N
                                       + [f"asm: slice 0 of {COLUMN_A_LANE}"] * plan.WARP_MAX_N)
 

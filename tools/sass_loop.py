@@ -1,6 +1,7 @@
 """Count a kernel's SASS instructions per loop body for sm_90, on a machine without a GPU.
 
-Triton compiles for sm_90 anywhere; ptxas and cuobjdump come with its package. The
+Triton compiles for sm_90 (and, with --arch 100, for the B200's sm_100) anywhere; ptxas and
+cuobjdump come with its package. The
 launcher specializes pointers and integer arguments divisible by 16, which decides the
 vector width of loads and so the layouts: the compile here assumes every pointer and
 integer argument is (true of the benchmark shapes' panels and strips).
@@ -86,8 +87,8 @@ def argument_type(name: str, int_ptrs=()) -> str:
     return "*fp32" if name.endswith("_ptr") else "i32"
 
 
-def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=()):
-    """fn compiled for sm_90: every argument not in constants a pointer (named *_ptr) or an int,
+def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=(), arch: int = 90):
+    """fn compiled for sm_ARCH (90: Hopper, the lent H200; 100: Blackwell, the leaderboard's B200): every argument not in constants a pointer (named *_ptr) or an int,
     all divisible by 16 but those fn does not specialize on alignment (as the launcher). A
     relocation slot (*_SLOT) not given is NO_SLOT, and PDL, V_PARTS, LATE_WAIT, TAIL and APPROX are
     off unless given."""
@@ -103,17 +104,17 @@ def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=(
     except TypeError:  # Triton 3.6 names them constants
         source = ASTSource(fn=fn, signature=signature, constants=constants, attrs=attrs)
     options = {"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})}
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False, split=False, v_parts=False,
-                  approx=False):
+                  approx=False, arch=90):
     panel = kernel_module("panel")
     constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=0, UNROLL=unroll,
                      GROUPED=grouped, SHUFFLE=grouped, PENDING=pending, YB=BB, PRE_BM=panel.PENDING_ROWS,
                      PRE_APPLY="fp16x3", SPLIT=split, V_PARTS=v_parts, APPROX=approx)
     return compile_kernel(panel.householder_panel_kernel, constants, warps, maxnreg,
-                          ("v_ptr",) if v_parts else ())
+                          ("v_ptr",) if v_parts else (), arch)
 
 
 def tool(name, cubin, *flags):
@@ -212,6 +213,9 @@ def main():
     parser.add_argument("--v-parts", action="store_true", help="V stored as its packed fp16x3 parts (strip.v_parts)")
     parser.add_argument("--approx", action="store_true",
                         help="the reflectors' reciprocals by rcp.approx alone (panel.reciprocal approx)")
+    parser.add_argument("--arch", type=int, default=90, choices=(90, 100),
+                        help="the compile target: 90 (sm_90, Hopper: the H200) or 100 (sm_100, Blackwell: the "
+                             "leaderboard's B200), for comparing the layouts the shuffles need")
     parser.add_argument("--ops", type=int, default=8, help="how many of a loop's most common opcodes to print")
     parser.add_argument("--load-layouts", action="store_true",
                         help="print each load's register layout (Triton's TTGIR) instead of the SASS counts")
@@ -225,10 +229,10 @@ def main():
     if args.kernel:
         module, _, name = args.kernel.partition(".")
         kernel = compile_kernel(getattr(kernel_module(module), name), dict(args.const), args.warps, args.maxnreg,
-                                args.int_ptr)
+                                args.int_ptr, args.arch)
     else:
         kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending,
-                               args.split, args.v_parts, args.approx)
+                               args.split, args.v_parts, args.approx, args.arch)
     if args.load_layouts:
         for layout in load_layouts(kernel.asm["ttgir"]):
             print(f"load: {layout}")
