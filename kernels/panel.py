@@ -163,11 +163,11 @@ def grouped_sums(P, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.constexpr, BELO
 
 
 @triton.jit
-def grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0: tl.constexpr, BELOW: tl.constexpr,
-                    WITH_T: tl.constexpr, APPROX: tl.constexpr):
-    """reflect for the panel held as (BL, G, 4), from grouped_sums' (x, tail, row_k, proj) summed
-    over the panel's rows. WITH_T false leaves T and taus as they are (a cooperative program that
-    does not store them). APPROX: reflector's."""
+def grouped_reflector(P, x, tail, row_k, proj, rows, cols, k, BELOW: tl.constexpr, APPROX: tl.constexpr):
+    """Reflector k of the panel held as (BL, G, 4), from grouped_sums' (x, tail, row_k, proj),
+    applied to the columns right of k (column k becomes beta over v): (P, w, tau_k), with w =
+    row_k + proj / (alpha - beta), which left of k is the Gram row V[:, :k]^T v_k that T's
+    recurrence needs. APPROX: reflector's."""
     below, at = row_masks(rows, k, BELOW)
     is_col = cols == k
     alpha = tl.sum(tl.sum(tl.where(is_col, row_k, 0.0), axis=1), axis=0)
@@ -178,7 +178,18 @@ def grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0: tl.cons
     coef = tl.where(cols > k, tau_k * w, 0.0)
     new_col = tl.where(below, v, tl.where(at, diag, x))
     P = tl.where(is_col[None, :, :], new_col[:, :, None], P - v[:, :, None] * coef[None, :, :])
+    return P, w, tau_k
+
+
+@triton.jit
+def grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0: tl.constexpr, BELOW: tl.constexpr,
+                    WITH_T: tl.constexpr, APPROX: tl.constexpr):
+    """reflect for the panel held as (BL, G, 4) (grouped_reflector), T's column k and tau_k added.
+    WITH_T false leaves T and taus as they are (a cooperative program that does not store
+    them). APPROX: reflector's."""
+    P, w, tau_k = grouped_reflector(P, x, tail, row_k, proj, rows, cols, k, BELOW, APPROX)
     if WITH_T:
+        is_col = cols == k
         t_rows = C0 + tl.arange(0, T.shape[0])
         t_col = -tau_k * tl.sum(tl.sum(T * tl.where(cols < k, w, 0.0)[None, :, :], axis=2), axis=1)
         t_col = tl.where(t_rows == k, tau_k, tl.where(t_rows < k, t_col, 0.0))
@@ -196,6 +207,37 @@ def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.conste
     rows: (BL, 1); T: (4 G, G, 4), its rows the columns from C0 too. APPROX: reflector's."""
     x, tail, row_k, proj = grouped_sums(P, rows, cols, k, SHUFFLE, C0, False)
     return grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, C0, False, True, APPROX)
+
+
+@triton.jit
+def gram_step(P, taus, rows, cols, k, g_ptr, g_ld, SHUFFLE: tl.constexpr, STORE: tl.constexpr,
+              APPROX: tl.constexpr):
+    """grouped_step for PanelKnobs.t_build after: reflector k with tau_k added, and in place of
+    T's column its recurrence needs, the Gram row left of k with tau_k on the diagonal stored
+    to row k at g_ptr (row stride g_ld; STORE: where T is written at all), for t_from_gram_rows
+    after the loop. A store a reflector, off the chain from one reflector to the next."""
+    x, tail, row_k, proj = grouped_sums(P, rows, cols, k, SHUFFLE, 0, False)
+    P, w, tau_k = grouped_reflector(P, x, tail, row_k, proj, rows, cols, k, False, APPROX)
+    if STORE:
+        tl.store(g_ptr + k * g_ld + cols, tl.where(cols < k, w, tl.where(cols == k, tau_k, 0.0)))
+    return P, tl.where(cols == k, tau_k, taus)
+
+
+@triton.jit
+def t_from_gram_rows(g_ptr, g_ld, BB: tl.constexpr):
+    """T (BB x BB, upper triangular) of the compact WY form from the rows gram_step stored at
+    g_ptr: T[k, k] = tau_k and T[:k, k] = -tau_k T[:k, :k] G[k, :k], the recurrence
+    grouped_reflect runs inside the loop. The caller orders the rows' stores before these loads
+    (a barrier); each step loads row k onto every row of the tile, so no value changes layout."""
+    r = tl.arange(0, BB)[:, None]
+    c = tl.arange(0, BB)[None, :]
+    T = tl.zeros((BB, BB), dtype=tl.float32)
+    for k in tl.static_range(BB):
+        g = tl.load(g_ptr + k * g_ld + c + 0 * r, mask=(c < k) & (r < k), other=0.0)
+        tau_k = tl.load(g_ptr + k * g_ld + k)
+        t_col = -tau_k * tl.sum(T * g, axis=1)
+        T = tl.where(c == k, tl.where(r == k, tau_k, tl.where(r < k, t_col[:, None], 0.0)), T)
+    return T
 
 
 @triton.jit
@@ -279,7 +321,7 @@ def householder_panel_kernel(
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
     SHUFFLE: tl.constexpr, PENDING: tl.constexpr, YB: tl.constexpr, PRE_BM: tl.constexpr,
     PRE_APPLY: tl.constexpr, SPLIT: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr,
-    SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, TAU_SLOT: tl.constexpr, PRE_SLOT: tl.constexpr,
+    T_AFTER: tl.constexpr, SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, TAU_SLOT: tl.constexpr, PRE_SLOT: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Grid: (batch,). Program i owns the whole panel of matrix i (panel_program).
@@ -307,7 +349,7 @@ def householder_panel_kernel(
     else:
         panel_program(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
                       n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
-                      BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE, V_PARTS, APPROX)
+                      BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE, V_PARTS, APPROX, T_AFTER)
 
 
 @triton.jit
@@ -316,7 +358,7 @@ def panel_program(
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
-    SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr,
+    SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr, T_AFTER: tl.constexpr,
 ):
     """One program factors the whole panel of matrix pid (an int64 index).
 
@@ -339,8 +381,9 @@ def panel_program(
     are zero (the load masks them), so their reflectors are the identity (tau 0).
 
     GROUPED (PanelKnobs.broadcast shuffle, where householder_panel allows it) runs
-    panel_program_grouped instead, SHUFFLE its indexed shuffle. APPROX (PanelKnobs.reciprocal
-    approx): the reflectors' reciprocals by the hardware's alone (reflector).
+    panel_program_grouped instead, SHUFFLE its indexed shuffle, T_AFTER (PanelKnobs.t_build
+    after) its T built after the loop. APPROX (PanelKnobs.reciprocal approx): the reflectors'
+    reciprocals by the hardware's alone (reflector).
 
     Invariants: BL + BL2 >= L; BL >= BB when BL2 > 0; BL, BL2 (when not 0) and BB >= bw are
     powers of two; BB >= 16 when T feeds tl.dot; the panel fits in registers
@@ -349,7 +392,7 @@ def panel_program(
     if GROUPED:
         panel_program_grouped(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid, n, L, bw, panel_off, tau_off,
                               t_bs, t_ld, v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE,
-                              V_PARTS, APPROX)
+                              V_PARTS, APPROX, T_AFTER)
         return
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
@@ -383,11 +426,14 @@ def panel_program_grouped(
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     UNROLL: tl.constexpr, SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr,
+    T_AFTER: tl.constexpr,
 ):
     """panel_program for PanelKnobs.broadcast shuffle: one row tile, bw == BB, the rows
     16-byte aligned. The tile is loaded as (BL, BB) and reshaped to (BL, BB // 4, 4), which
     keeps its layout (4 columns a thread, a row's groups on consecutive lanes); T is held the
-    same way, (BB, BB // 4, 4)."""
+    same way, (BB, BB // 4, 4). T_AFTER (PanelKnobs.t_build after): the loop stores each
+    reflector's Gram row into T's place instead (gram_step), and T is built from those rows
+    once the loop is done (t_from_gram_rows), so the loop carries no T."""
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
     P2, offs, in_panel, _, _ = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, True)
@@ -396,7 +442,17 @@ def panel_program_grouped(
     cols2 = tl.arange(0, G)[:, None] * 4 + tl.arange(0, 4)[None, :]
     T = tl.zeros((BB, G, 4), dtype=tl.float32)
     taus = tl.zeros((G, 4), dtype=tl.float32)
-    if UNROLL == 0:
+    g_ptr = t_ptr + pid * t_bs
+    if T_AFTER:
+        if UNROLL == 0:
+            for k in range(0, bw):
+                P, taus = gram_step(P, taus, rows[:, None], cols2, k, g_ptr, t_ld, SHUFFLE, WRITE_T, APPROX)
+        else:
+            for k0 in range(0, BB, UNROLL):
+                for r in tl.static_range(UNROLL):
+                    P, taus = gram_step(P, taus, rows[:, None], cols2, k0 + r, g_ptr, t_ld, SHUFFLE, WRITE_T,
+                                        APPROX)
+    elif UNROLL == 0:
         for k in range(0, bw):
             P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k, SHUFFLE, 0, APPROX)
     else:
@@ -407,7 +463,13 @@ def panel_program_grouped(
     tl.store(dst_ptr + pid * n * n + offs, P2, mask=in_panel)
     tl.store(tau_ptr + pid * n + tau_off + tl.reshape(cols2, (BB,)), tl.reshape(taus, (BB,)))
     if WRITE_T:
-        tl.store(t_ptr + pid * t_bs + cols[:, None] * t_ld + cols[None, :], tl.reshape(T, (BB, BB)))
+        if T_AFTER:
+            tl.debug_barrier()  # every Gram row stored before any is read
+            T2 = t_from_gram_rows(g_ptr, t_ld, BB)
+            tl.debug_barrier()  # every row read before T takes their place
+        else:
+            T2 = tl.reshape(T, (BB, BB))
+        tl.store(g_ptr + cols[:, None] * t_ld + cols[None, :], T2)
     if WRITE_V:
         store_v(v_ptr, P2, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, V_PARTS)
 
@@ -683,6 +745,7 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
                      SPLIT=grouped and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH
                      and BL * (BB // 2) >= 4 * 32 * num_warps, V_PARTS=v_parts,
                      APPROX=approx_reciprocals(knobs.reciprocal))
+    constants["T_AFTER"] = grouped and not constants["SPLIT"] and knobs.t_build == "after"
     pre_args, pre_constants = pending_launch(pending, src, j)
     table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst, TAU_SLOT=tau,
                                    PRE_SLOT=pending.src if pending is not None else None)

@@ -104,6 +104,8 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     # the reflectors' reciprocals by rcp.approx (panel.reciprocal approx, the champion's): the grouped
     # panel with the fused strip, the summing panel in two row tiles, the split panel, two-level
     case("rcp", "blocked", 520, panel=dict(SHUFFLE32, reciprocal="approx"), strip=FUSED),
+    # T built after the reflector loop from the Gram rows it stores (panel.t_build after)
+    case("tafter", "blocked", 520, panel=dict(SHUFFLE32, reciprocal="approx", t_build="after"), strip=FUSED),
     case("rcp-rowtiles", "blocked", 352, panel=dict(width=16, row_tiles=2, reciprocal="approx"),
          strip=dict(bm=32, bn=32)),
     case("rcp-split", "blocked", 520, panel=dict(SHUFFLE32, split=2, reciprocal="approx"), strip=FUSED),
@@ -416,6 +418,20 @@ def test_programmatic_dependent_launch_changes_no_bit(driver, batch, n, knobs, g
         torch.testing.assert_close(tau1, tau0, rtol=0, atol=0)
 
 
+def gpu_panel_factors(A, knobs):
+    """The first panel of A (knobs.width columns) on the GPU: its columns of H, tau, T, V and
+    the launch's constants (what panel_launch chose for it)."""
+    from qrsub.kernels.panel import householder_panel, panel_launch
+
+    batch, n, _ = A.shape
+    width = knobs.width
+    H, tau = torch.zeros_like(A), torch.zeros(batch, n, device="cuda")
+    T, V = torch.zeros(batch, width, width, device="cuda"), torch.zeros(batch, n, width, device="cuda")
+    householder_panel(A, H, tau, T, V, 0, width, knobs=knobs)
+    constants = panel_launch(A, A, tau, T, V, 0, width, knobs=knobs)[1]
+    return H[:, :, :width], tau[:, :width], T, V, constants
+
+
 @pytest.mark.parametrize("n,width,warps", [(512, 32, 4), (1024, 16, 8), (176, 16, 4), (32, 32, 2), (64, 16, 4),
                                            # panels of 128 values a thread (fewer warps)
                                            (32, 32, 1), (176, 16, 1), (128, 32, 1), (1024, 16, 4)])
@@ -423,18 +439,24 @@ def test_grouped_panel_shuffle_on_gpu(n, width, warps):
     """PanelKnobs.broadcast shuffle: the indexed shuffle assumes the layout Triton gives the
     grouped panel (4 columns a thread, a row's groups on consecutive lanes); this checks it
     on the machine at the shapes the routes use, against the summing panel."""
-    from qrsub.kernels.panel import householder_panel, panel_launch
-
     A = gpu_matrices(3, n)
-    outs = {}
-    for broadcast in ("sum", "shuffle"):
-        knobs = PanelKnobs(width=width, num_warps=warps, unroll=4, broadcast=broadcast)
-        H, tau = torch.zeros_like(A), torch.zeros(3, n, device="cuda")
-        T, V = torch.zeros(3, width, width, device="cuda"), torch.zeros(3, n, width, device="cuda")
-        householder_panel(A, H, tau, T, V, 0, width, knobs=knobs)
-        outs[broadcast] = (H[:, :, :width], tau[:, :width], T, V)
-    assert panel_launch(A, A, tau, T, V, 0, width, knobs=knobs)[1]["SHUFFLE"], "the shuffle ran"
-    for got, want in zip(outs["shuffle"], outs["sum"]):
+    outs = {broadcast: gpu_panel_factors(A, PanelKnobs(width=width, num_warps=warps, unroll=4, broadcast=broadcast))
+            for broadcast in ("sum", "shuffle")}
+    assert outs["shuffle"][-1]["SHUFFLE"], "the shuffle ran"
+    for got, want in zip(outs["shuffle"][:-1], outs["sum"][:-1]):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("n,width,warps", [(512, 32, 4), (256, 32, 2), (128, 32, 1), (176, 16, 4)])
+def test_t_built_after_the_loop_on_gpu(n, width, warps):
+    """panel.t_build after, compiled (its barriers order the Gram rows' stores before the loads
+    that build T, which the interpreter's one thread never tests): the in-loop T's factors."""
+    A = gpu_matrices(3, n)
+    outs = {t_build: gpu_panel_factors(A, PanelKnobs(width=width, num_warps=warps, unroll=4, broadcast="shuffle",
+                                                     reciprocal="approx", t_build=t_build))
+            for t_build in plan.T_BUILDS}
+    assert outs["after"][-1]["T_AFTER"], "T was built after the loop"
+    for got, want in zip(outs["after"][:-1], outs["loop"][:-1]):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 

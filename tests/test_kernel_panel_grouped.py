@@ -175,3 +175,51 @@ def test_the_approximate_reciprocal_keeps_the_layout_and_shortens_the_loop():
     assert sass_loop_lines("--grouped", "--load-layouts", "--approx") == sass_loop_lines("--grouped", "--load-layouts")
     divided, approximated = sass_loop_count("loop", "--grouped"), sass_loop_count("loop", "--grouped", "--approx")
     assert approximated <= divided - 8 * 4, f"{approximated} instructions a loop against {divided}"
+
+
+def factor_grouped(A, width, t_build, write_tv=True, unroll=4):
+    """Panel columns [0, width) of A on the grouped panel (2 warps) with T built as t_build."""
+    batch, n, _ = A.shape
+    H, tau = A.clone(), torch.zeros(batch, n)
+    T = torch.zeros(batch, width, width) if write_tv else None
+    V = torch.zeros(batch, n, width) if write_tv else None
+    knobs = PanelKnobs(width=width, num_warps=2, unroll=unroll, broadcast="shuffle", t_build=t_build)
+    assert panel_launch(A, H, tau, T, V, 0, width, knobs=knobs)[1]["T_AFTER"] == (t_build == "after")
+    householder_panel(A, H, tau, T, V, 0, width, knobs=knobs)
+    return H, tau, T, V
+
+
+@pytest.mark.parametrize("n,width,unroll,write_tv", [(48, 16, 4, True), (64, 32, 4, True), (48, 16, 0, True),
+                                                     (48, 16, 4, False)])
+def test_t_built_after_the_loop_is_the_loops_t(n, width, unroll, write_tv):
+    """panel.t_build after: the loop stores each reflector's Gram row in T's place and T is
+    formed from them after it; H, tau, T and V as the in-loop recurrence gives them, on the
+    special matrices (a zero column, a zero matrix, the identity, rank deficiency). write_tv
+    False: a last panel, where nothing is stored in T's place."""
+    A = special_matrices(n, batch=5)
+    after, loop = factor_grouped(A, width, "after", write_tv, unroll), factor_grouped(A, width, "loop", write_tv, unroll)
+    for got, want in zip(after, loop):
+        if want is not None:
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_t_after_applies_only_to_the_whole_grouped_panel():
+    """The split panel merges its halves' T and the summing panel has no Gram rows to store:
+    t_build after leaves both as they are."""
+    X = torch.zeros(2, 64, 64)
+
+    def t_after(broadcast, split=1):
+        knobs = PanelKnobs(width=32, num_warps=4, unroll=4, broadcast=broadcast, split=split, t_build="after")
+        return panel_launch(X, X, torch.zeros(2, 64), None, None, 32, 32, knobs=knobs)[1]["T_AFTER"]
+
+    assert t_after("shuffle")
+    assert not t_after("shuffle", split=2)
+    assert not t_after("sum")
+
+
+def test_blocked_qr_with_t_built_after_passes_the_gate():
+    A = special_matrices(64, batch=3)
+    H, tau = qr_blocked(A, route(panel=dict(width=16, broadcast="shuffle", unroll=4, t_build="after")))
+    H0, tau0 = qr_blocked(A, route(panel=dict(width=16, broadcast="shuffle", unroll=4)))
+    torch.testing.assert_close(H, H0, atol=1e-5, rtol=1e-4)  # T's sums run in another order
+    assert harness_check(A, H, tau) < 0.5
