@@ -17,12 +17,14 @@ calls on the same input objects, so the input must stay as it was.
 The first panel and strip read A directly, so no defensive clone is made.
 """
 import contextlib
+import dataclasses
 
 import torch
 
 from .capture import capture_point
 from .coop import coop_panel
 from .panel import Pending, householder_panel, padded_width
+from .plan import FIRST_FAR_TILE
 from .precision import rounded_tf32
 from .scratch import scratch, scratch_scope
 from .strip import fused_strip, rank_update, trailing_strip
@@ -239,7 +241,14 @@ def first_direct(src, H, Vb, W, J, ob, route):
         V = rounded_tf32(Vb, scratch("Y_tf32", tuple(Vb.shape), Vb.dtype, Vb.device))
         rounded_tf32(W, W)
         precision = "tf32_exact"
-    rank_update(src, H, V, W, J, J + ob, strip=route.strip, precision=precision, v_row_off=J)
+    rank_update(src, H, V, W, J, J + ob, strip=first_far_tiles(route), precision=precision, v_row_off=J)
+
+
+def first_far_tiles(route):
+    """The route's StripKnobs with the direct first far update's own tiles (TwoLevelKnobs
+    first_far_bm, _bn, _stages, _warps) where they are set."""
+    tiles = {field: getattr(route.twolevel, name) for name, field in FIRST_FAR_TILE.items()}
+    return dataclasses.replace(route.strip, **{field: value for field, value in tiles.items() if value})
 
 
 def one_program_panel(route):

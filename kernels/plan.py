@@ -55,6 +55,9 @@ FAR_UPDATES = ("cublas", "strip")
 # products, C - Y W, is one Triton launch that reads A and writes H (strip.rank_update), its
 # tf32 operands rounded in the kernel (direct) or by a launch before it (direct_rounded).
 FIRST_FAR = ("copy", "direct", "direct_rounded")
+# TwoLevelKnobs' tiles of the direct first far update, each the StripKnobs field it stands in for.
+FIRST_FAR_TILE = {"first_far_bm": "bm", "first_far_bn": "bn", "first_far_stages": "num_stages",
+                  "first_far_warps": "num_warps"}
 # TwoLevelKnobs.far_tcontract (blocked.py, tproduct.py): the far update's T product by cuBLAS in
 # tf32 or fp32, or by tproduct.t_product_kernel on tensor cores in tf32x3.
 FAR_TCONTRACTS = ("tf32", "fp32", "tf32x3")
@@ -273,6 +276,17 @@ class TwoLevelKnobs:
                                                   "C - Y W from A into H, in far_precision; tf32 operands "
                                                   "rounded in it) or direct_rounded (Y and W rounded to tf32 "
                                                   "by a launch before it)")
+    # The direct first far update's tiles (strip.rank_update with BB = outer): the strip's own
+    # (bm 64, bn 32, 4 stages) take 144 KB of shared memory at BB 128, one program an SM, and
+    # each program re-reads all of Y for its BN columns. 0: the route's strip knob.
+    first_far_bm: int = knob(0, Pow2(16, 256, zero_is_off=True), "with first_far direct or direct_rounded: rows a "
+                                                                 "step of its launch (0: strip.bm)")
+    first_far_bn: int = knob(0, Pow2(16, 256, zero_is_off=True), "with first_far direct or direct_rounded: columns "
+                                                                 "a program of its launch (0: strip.bn)")
+    first_far_stages: int = knob(0, IntRange(0, 6), "with first_far direct or direct_rounded: pipeline stages of "
+                                                    "its launch's row loop (0: strip.num_stages)")
+    first_far_warps: int = knob(0, Pow2(1, 16, zero_is_off=True), "with first_far direct or direct_rounded: warps "
+                                                                  "a program of its launch (0: strip.num_warps)")
     far_update: str = knob("cublas", OneOf(FAR_UPDATES), "the far update: cublas (three batched GEMMs, "
                                                          "far_precision) or strip (the fused strip kernel with "
                                                          "BB = outer, the route's strip and precision knobs: C "
@@ -460,6 +474,10 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
     if twolevel.gram != "cublas" and twolevel.block_t != "kernel" and not value_problems(twolevel):
         out.append((("twolevel", "gram"), f"got {twolevel.gram} with twolevel.block_t {twolevel.block_t}; "
                     "allowed: cublas, or block_t kernel (the torch merge takes cuBLAS's product)"))
+    for name in FIRST_FAR_TILE:
+        if getattr(twolevel, name) and twolevel.first_far == "copy" and not value_problems(twolevel):
+            out.append((("twolevel", name), f"got {getattr(twolevel, name)} with twolevel.first_far copy; allowed: "
+                        "0, or a value with first_far direct or direct_rounded (it shapes that launch)"))
     for name in ("gram_split_rows", "gram_columns"):
         if getattr(twolevel, name) and twolevel.gram == "cublas" and not value_problems(twolevel):
             out.append((("twolevel", name), f"got {getattr(twolevel, name)} with twolevel.gram cublas; allowed: 0, "

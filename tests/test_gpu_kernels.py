@@ -131,6 +131,10 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     # the first far update's last product from A into H by one Triton launch, in tf32
     case("2l-direct", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", first_far="direct")),
+    # ... on its own tiles (twolevel.first_far_bm, _bn, _stages, _warps): 3 programs an SM
+    case("2l-direct-tiles", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", first_far="direct", first_far_bm=32, first_far_bn=64,
+                       first_far_stages=2)),
     case("2l-rounded", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", first_far="direct_rounded")),
     case("2l-tf32x3t", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),

@@ -297,6 +297,40 @@ def test_a_direct_first_far_update_gives_the_copying_result(n, outer):
     assert harness_check(A, H_direct, tau_direct) < 0.5
 
 
+def test_the_first_far_update_s_own_tiles_give_the_strip_tiles_result(monkeypatch):
+    """twolevel.first_far_bm, _bn, _stages and _warps shape the direct first far update's launch
+    alone (n = 70: a partial column tile at BN 32 too): the same factors as with the strip's
+    tiles, and the launch took them, while the other strips kept the route's."""
+    from qrsub.kernels import strip as strip_module
+
+    A = special_matrices(70, batch=2)
+    knobs = dict(driver="twolevel", panel=dict(width=16), strip=dict(bm=16, bn=16))
+    two = dict(outer=32, first_far="direct")
+    H, tau = DRIVERS["twolevel"](A, route(**knobs, twolevel=two))
+    launched = []
+    real = strip_module.rank_update_kernel
+
+    class Recorded:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append((kwargs["BM"], kwargs["BN"], kwargs["NUM_STAGES"], kwargs["num_warps"]))
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(strip_module, "rank_update_kernel", Recorded())
+    tiles = dict(first_far_bm=32, first_far_bn=32, first_far_stages=2, first_far_warps=4)
+    H_tiled, tau_tiled = DRIVERS["twolevel"](A, route(**knobs, twolevel={**two, **tiles}))
+    assert launched == [(32, 32, 2, 4)], "one first far update, on its own tiles"
+    torch.testing.assert_close(H_tiled, H, atol=1e-5, rtol=1e-4)  # its rows summed in other tiles
+    torch.testing.assert_close(tau_tiled, tau, atol=1e-5, rtol=1e-4)
+    assert harness_check(A, H_tiled, tau_tiled) < 0.5
+
+
+def test_first_far_tiles_need_the_direct_update():
+    with pytest.raises(ValueError, match="twolevel.first_far_bn: got 64 with twolevel.first_far copy;"):
+        route(driver="twolevel", panel=dict(width=16), twolevel=dict(first_far_bn=64))
+
+
 def test_rounding_tf32_operands_first_gives_the_same_first_far_update():
     """first_far direct (operands rounded to tf32 inside the launch) and direct_rounded (Y and W
     rounded by launches before it) compute the same products; on the CPU the cuBLAS products
