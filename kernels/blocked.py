@@ -280,7 +280,8 @@ def factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far):
                            strip=route.strip, precision=route.precision, v_col_off=j - J)
     if far and route.twolevel.block_t == "kernel":
         two = route.twolevel
-        block_t(Vb[:, J:, :ob], Tin, b, Tb[:, :ob, :ob], two.gram, two.gram_split_rows, two.gram_columns)
+        block_t(Vb[:, J:, :ob], Tin, b, Tb[:, :ob, :ob], two.gram, two.gram_split_rows, two.gram_columns,
+                two.gram_sum)
     elif far:
         wy_merge(Vb[:, J:, :ob], Tin, widths, Tb[:, :ob, :ob])
 

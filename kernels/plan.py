@@ -55,6 +55,9 @@ FAR_UPDATES = ("cublas", "strip")
 # products, C - Y W, is one Triton launch that reads A and writes H (strip.rank_update), its
 # tf32 operands rounded in the kernel (direct) or by a launch before it (direct_rounded).
 FIRST_FAR = ("copy", "direct", "direct_rounded")
+# TwoLevelKnobs.gram_sum (wy.py): with gram_split_rows, the splits' Gram parts summed by a torch
+# launch of their own, or by block_t_kernel as it reads each block of G (one launch fewer a block).
+GRAM_SUMS = ("launch", "block_t")
 # TwoLevelKnobs' tiles of the direct first far update, each the StripKnobs field it stands in for.
 FIRST_FAR_TILE = {"first_far_bm": "bm", "first_far_bn": "bn", "first_far_stages": "num_stages",
                   "first_far_warps": "num_warps"}
@@ -301,6 +304,9 @@ class TwoLevelKnobs:
                                                                      "summed by a second launch: for batches "
                                                                      "that leave SMs idle); 0: one program a "
                                                                      "row strip of G walks all the rows")
+    gram_sum: str = knob("launch", OneOf(GRAM_SUMS), "with gram_split_rows: who sums the splits' parts of the "
+                                                    "Gram product: launch (torch, a launch of its own) or block_t "
+                                                    "(block_t_kernel, as it reads each block of G it needs)")
     gram_columns: int = knob(0, Pow2(16, 512, zero_is_off=True), "with gram fp16x3 or tf32x3: columns of G a "
                                                                   "program of the Gram product writes, only "
                                                                   "those right of its rows' diagonal block "
@@ -474,6 +480,9 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
     if twolevel.gram != "cublas" and twolevel.block_t != "kernel" and not value_problems(twolevel):
         out.append((("twolevel", "gram"), f"got {twolevel.gram} with twolevel.block_t {twolevel.block_t}; "
                     "allowed: cublas, or block_t kernel (the torch merge takes cuBLAS's product)"))
+    if twolevel.gram_sum != "launch" and not twolevel.gram_split_rows and not value_problems(twolevel):
+        out.append((("twolevel", "gram_sum"), f"got {twolevel.gram_sum} with twolevel.gram_split_rows 0; allowed: "
+                    "launch, or block_t with gram_split_rows set (there are no parts to sum otherwise)"))
     for name in FIRST_FAR_TILE:
         if getattr(twolevel, name) and twolevel.first_far == "copy" and not value_problems(twolevel):
             out.append((("twolevel", name), f"got {getattr(twolevel, name)} with twolevel.first_far copy; allowed: "

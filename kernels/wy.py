@@ -42,12 +42,26 @@ def wy_merge(Y: torch.Tensor, inner_T: torch.Tensor, widths: list, out: torch.Te
 
 
 @triton.jit
-def block_t_kernel(g_ptr, tin_ptr, t_ptr, g_bs, g_ld, tin_bs, tin_ps, tin_ld, t_bs, t_ld,
-                   OB: tl.constexpr, B: tl.constexpr, PDL: tl.constexpr):
+def summed_block(g, g_ss, splits, rows, cols, g_ld, SPLITS: tl.constexpr):
+    """Block rows x cols of G = the sum of its first `splits` parts (part c at g + c*g_ss, row
+    stride g_ld), added in part order; SPLITS >= splits, a constant, so that every part's load
+    is issued before the first sum waits on one."""
+    at = rows[:, None] * g_ld + cols[None, :]
+    G = tl.load(g + at)
+    for c in tl.static_range(1, SPLITS):
+        G += tl.load(g + c * g_ss + at, mask=(rows[:, None] >= 0) & (c < splits), other=0.0)
+    return G
+
+
+@triton.jit
+def block_t_kernel(g_ptr, tin_ptr, t_ptr, g_bs, g_ss, splits, g_ld, tin_bs, tin_ps, tin_ld, t_bs, t_ld,
+                   OB: tl.constexpr, B: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr):
     """Grid: (OB // B, batch). Program (r, i) writes rows [r*B, (r+1)*B) of matrix i's block T
     (OB x OB, zero below the diagonal; t_ptr + i*t_bs, row stride t_ld) from its Gram matrix
     G = Y^T Y (g_ptr + i*g_bs, row stride g_ld) and its OB/B inner T_k (B x B, at
-    tin_ptr + i*tin_bs + k*tin_ps, row stride tin_ld).
+    tin_ptr + i*tin_bs + k*tin_ps, row stride tin_ld). G is the sum of `splits` parts, g_ss
+    apart (gram_kernel's row splits, TwoLevelKnobs.gram_sum block_t; one part: G itself), with
+    SPLITS >= splits (summed_block).
 
     Block (r, k) of T is -sum_q T[r, q] G[q, k] T_k for r < k (q from r to k-1), T_k for
     r == k, zero for r > k. A row of blocks needs only its own earlier blocks, so the rows
@@ -70,7 +84,7 @@ def block_t_kernel(g_ptr, tin_ptr, t_ptr, g_bs, g_ld, tin_bs, tin_ps, tin_ld, t_
         acc = tl.zeros((B, B), dtype=tl.float32)
         for q in range(r, k):
             T_rq = tl.load(t + cb[:, None] * t_ld + (q * B + cb)[None, :])
-            G_qk = tl.load(g + (q * B + cb)[:, None] * g_ld + (k * B + cb)[None, :])
+            G_qk = summed_block(g, g_ss, splits, q * B + cb, k * B + cb, g_ld, SPLITS)
             acc = tl.dot(T_rq, G_qk, acc, input_precision="ieee")
         T_k = tl.load(tin_ptr + pid * tin_bs + k * tin_ps + cb[:, None] * tin_ld + cb[None, :])
         tl.store(t + cb[:, None] * t_ld + (k * B + cb)[None, :], -tl.dot(acc, T_k, input_precision="ieee"))
@@ -113,13 +127,24 @@ def gram_kernel(y_ptr, g_ptr, L, rows_per, y_bs, y_ld, g_bs, g_ss, g_ld,
 
 def gram_product(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, columns: int = 0) -> torch.Tensor:
     """Y^T Y (batch x ob x ob) for a block of inner panels `width` wide: cuBLAS in fp32 when
-    `gram` (TwoLevelKnobs.gram) is "cublas", else gram_kernel in that precision, its rows split
-    over programs split_rows at a time where Y is taller (TwoLevelKnobs.gram_split_rows; 0: not
-    split), the splits' parts then summed in a fixed order by torch. columns > 0
-    (TwoLevelKnobs.gram_columns): programs of that many columns, and only the blocks above the
-    block diagonal (width x width blocks) are written; the others hold anything."""
+    `gram` (TwoLevelKnobs.gram) is "cublas", else gram_parts' parts, summed in a fixed order by
+    torch where there are several."""
     if gram == "cublas":
         return torch.bmm(Y.transpose(1, 2), Y)
+    parts = gram_parts(Y, width, gram, split_rows, columns)
+    if parts.shape[1] == 1:
+        return parts[:, 0]
+    G = scratch("gram", (Y.shape[0], Y.shape[2], Y.shape[2]), Y.dtype, Y.device)
+    torch.sum(parts, dim=1, out=G)
+    return G
+
+
+def gram_parts(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, columns: int = 0) -> torch.Tensor:
+    """Y^T Y as parts (batch x splits x ob x ob) by gram_kernel in `gram`'s precision, its rows
+    split over programs split_rows at a time where Y is taller (TwoLevelKnobs.gram_split_rows;
+    0: not split, one part). columns > 0 (TwoLevelKnobs.gram_columns): programs of that many
+    columns, and only the blocks above the block diagonal (width x width blocks) are written;
+    the others hold anything."""
     batch, L, ob = Y.shape
     G = scratch("gram", (batch, ob, ob), Y.dtype, Y.device)
     splits = triton.cdiv(L, split_rows) if split_rows else 1
@@ -129,21 +154,24 @@ def gram_product(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, co
         Y, parts, L, split_rows if splits > 1 else L, Y.stride(0), Y.stride(1), parts.stride(0), parts.stride(1),
         parts.stride(2), OB=ob, B=width, CW=cw, UPPER=columns > 0, BM=GRAM_BM, PREC=gram, num_warps=4,
         **pdl_launch())
-    if splits > 1:
-        torch.sum(parts, dim=1, out=G)
-    return G
+    return parts
 
 
 def block_t(Y: torch.Tensor, inner_T: torch.Tensor, width: int, out: torch.Tensor, gram: str = "cublas",
-            gram_split_rows: int = 0, gram_columns: int = 0):
+            gram_split_rows: int = 0, gram_columns: int = 0, gram_sum: str = "launch"):
     """wy_merge's result in one launch after the Gram product (gram_product(Y, width, gram,
     gram_split_rows, gram_columns)): every inner panel `width` wide (a block with a far update
-    is whole), inner_T: batch x ob/width x width x width."""
+    is whole), inner_T: batch x ob/width x width x width. gram_sum block_t
+    (TwoLevelKnobs.gram_sum): the Gram parts go to block_t_kernel as they are, and it sums them."""
     batch, _, ob = Y.shape
     assert ob % width == 0 and inner_T.shape[-1] == width and inner_T.shape[1] >= ob // width
-    G = gram_product(Y, width, gram, gram_split_rows, gram_columns)
+    if gram_sum == "block_t" and gram != "cublas":
+        parts = gram_parts(Y, width, gram, gram_split_rows, gram_columns)
+    else:
+        parts = gram_product(Y, width, gram, gram_split_rows, gram_columns)[:, None]
+    splits = parts.shape[1]
     block_t_kernel[(ob // width, batch)](
-        G, inner_T, out, G.stride(0), G.stride(1), inner_T.stride(0), inner_T.stride(1),
-        inner_T.stride(2), out.stride(0), out.stride(1), OB=ob, B=width, num_warps=1 if width <= 16 else 2,
-        **pdl_launch())
+        parts, inner_T, out, parts.stride(0), parts.stride(1), splits, parts.stride(2), inner_T.stride(0),
+        inner_T.stride(1), inner_T.stride(2), out.stride(0), out.stride(1), OB=ob, B=width,
+        SPLITS=triton.next_power_of_2(splits), num_warps=1 if width <= 16 else 2, **pdl_launch())
     return out

@@ -162,6 +162,11 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("gramsplit", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256),
          coop=SLOTS4),
+    # ... its parts summed by block_t_kernel as it reads them (twolevel.gram_sum block_t)
+    case("gramsum", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256,
+                       gram_sum="block_t"),
+         coop=SLOTS4),
 ])
 @pytest.mark.parametrize("prec", ["fp16x3", "tf32x3"])
 def test_drivers_pass_the_gate_on_gpu(driver, n, knobs, prec):

@@ -326,6 +326,12 @@ def test_the_first_far_update_s_own_tiles_give_the_strip_tiles_result(monkeypatc
     assert harness_check(A, H_tiled, tau_tiled) < 0.5
 
 
+def test_summing_gram_parts_in_block_t_needs_parts():
+    with pytest.raises(ValueError, match="twolevel.gram_sum: got block_t with twolevel.gram_split_rows 0;"):
+        route(driver="twolevel", panel=dict(width=16), twolevel=dict(block_t="kernel", gram="fp16x3",
+                                                                     gram_sum="block_t"))
+
+
 def test_first_far_tiles_need_the_direct_update():
     with pytest.raises(ValueError, match="twolevel.first_far_bn: got 64 with twolevel.first_far copy;"):
         route(driver="twolevel", panel=dict(width=16), twolevel=dict(first_far_bn=64))

@@ -104,6 +104,33 @@ def test_a_split_gram_feeds_the_block_t_kernel():
     torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("L,split_rows,columns", [(90, 32, 0), (150, 32, 16), (40, 32, 0)])
+def test_block_t_summing_the_gram_parts_gives_the_summed_gram_s_t(L, split_rows, columns):
+    """TwoLevelKnobs.gram_sum block_t: block_t_kernel sums the row splits' parts as it reads G
+    (here 3, 5 and 2 parts, through 4, 8 and 2 unrolled loads; the masked ones add nothing)
+    instead of a torch launch summing them first: the same T, to the sums' rounding. The
+    special blocks: a zero column, so a zero row and column of T."""
+    g = torch.Generator().manual_seed(L)
+    batch, ob, width = 2, 32, 16
+    Y, inner = torch.zeros(batch, L, ob), torch.zeros(batch, ob // width, width, width)
+    for i in range(batch):
+        block = torch.randn(L, ob, generator=g, dtype=torch.float64)
+        block[:, 3] = 0.0
+        _, tau, _, V = panel_ref(block)
+        Y[i] = V.float()
+        for k in range(ob // width):
+            inner[i, k] = larft(V[:, k * width:(k + 1) * width], tau[k * width:(k + 1) * width]).float()
+    Y, inner = Y.to(DEVICE), inner.to(DEVICE)
+
+    def t(gram_sum):
+        return block_t(Y, inner, width, torch.empty(batch, ob, ob, device=DEVICE), "fp16x3", split_rows, columns,
+                       gram_sum)
+
+    launched, summed = t("launch"), t("block_t")
+    torch.testing.assert_close(summed, launched, atol=1e-6, rtol=1e-5)
+    assert torch.equal(summed[0, 3], torch.zeros(ob, device=DEVICE)), "the zero column's row of T"
+
+
 def upper_blocks(ob, width):
     """The mask of the blocks above the block diagonal (width x width blocks) of an ob x ob matrix."""
     blocks = torch.arange(ob) // width
