@@ -324,5 +324,6 @@ def qr_coop(A: torch.Tensor, route):
                        v_col_off=v_col_off, v_row_off=v_row_off)
         else:
             coop_panel(src, H, tau, T, V, j, bw, programs=coop.programs, exchange=coop.exchange,
-                       broadcast=coop.broadcast, knobs=route.panel, v_col_off=v_col_off, v_row_off=v_row_off)
+                       broadcast=coop.broadcast, knobs=route.panel, v_col_off=v_col_off, v_row_off=v_row_off,
+                       slot_reset=coop.slot_reset)
     return qr_twolevel(A, route, panel)

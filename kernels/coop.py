@@ -60,13 +60,48 @@ def unwritten(words):
 
 
 @triton.jit
-def exchange_slots(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: tl.constexpr):
-    """Sum row_k and proj over the NC programs of matrix pid through reflector k's own slot,
-    filled with SLOT_SENTINEL before the launch: each program writes its partials and polls
-    the slot's words themselves until none holds the sentinel. No atomics, and the poll that
-    ends the wait already brings the partials."""
+def ring_slot(k, first, NSLOTS: tl.constexpr, RESET: tl.constexpr):
+    """The slot reflector k exchanges through: k itself, or with RESET (CoopKnobs.slot_reset
+    kernel) the k-th of the ring of NSLOTS = BB + 1 slots from this launch's first (k = -1: the
+    slot before first)."""
+    if RESET:
+        slot = first + k  # first < NSLOTS and -1 <= k < NSLOTS: one wrap either way, no division
+        return tl.where(slot >= NSLOTS, slot - NSLOTS, tl.where(slot < 0, slot + NSLOTS, slot))
+    else:
+        return k
+
+
+@triton.jit
+def clear_own_words(slot_ptr, pid, p, slot, cols, when, NC: tl.constexpr, BB: tl.constexpr, NSLOTS: tl.constexpr):
+    """Set this program's row_k and proj words of `slot` (the values cols, as the exchange stored
+    them: the same threads) back to SLOT_SENTINEL where `when`."""
     PW: tl.constexpr = 2 * BB
-    slot = slot_ptr + (pid * BB + k) * NC * PW
+    mine = slot_ptr + ((pid * NSLOTS + slot) * NC + p) * PW
+    sentinel = (tl.full(cols.shape, SLOT_SENTINEL, tl.int32)).to(tl.float32, bitcast=True)
+    keep = (cols >= 0) & when
+    tl.store(mine + cols, sentinel, mask=keep)
+    tl.store(mine + BB + cols, sentinel, mask=keep)
+
+
+@triton.jit
+def clear_previous_slot(slot_ptr, pid, p, k, first, cols, NC: tl.constexpr, BB: tl.constexpr,
+                        NSLOTS: tl.constexpr, RESET: tl.constexpr):
+    """With RESET, once reflector k's exchange is done: this program's words of reflector k - 1's
+    slot back to the sentinel. Every other program wrote its words of slot k only after it had
+    read all of slot k - 1 (and passed the barrier after), so nobody reads them again."""
+    if RESET:
+        clear_own_words(slot_ptr, pid, p, ring_slot(k - 1, first, NSLOTS, RESET), cols, k > 0, NC, BB, NSLOTS)
+
+
+@triton.jit
+def exchange_slots(slot_ptr, pid, p, k, row_k, proj, cols, first, NC: tl.constexpr, BB: tl.constexpr,
+                   NSLOTS: tl.constexpr, RESET: tl.constexpr):
+    """Sum row_k and proj over the NC programs of matrix pid through reflector k's own slot
+    (ring_slot), every word SLOT_SENTINEL until written: each program writes its partials and
+    polls the slot's words themselves until none holds the sentinel. No atomics, and the poll
+    that ends the wait already brings the partials. RESET: clear_previous_slot after."""
+    PW: tl.constexpr = 2 * BB
+    slot = slot_ptr + (pid * NSLOTS + ring_slot(k, first, NSLOTS, RESET)) * NC * PW
     tl.store(slot + p * PW + cols, row_k)
     tl.store(slot + p * PW + BB + cols, proj)
     words = tl.arange(0, NC)[:, None] * PW + cols[None, :]
@@ -77,6 +112,7 @@ def exchange_slots(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB:
         row_parts = tl.load(slot + words, volatile=True)
         proj_parts = tl.load(slot + BB + words, volatile=True)
         waiting = unwritten(row_parts) + unwritten(proj_parts)
+    clear_previous_slot(slot_ptr, pid, p, k, first, cols, NC, BB, NSLOTS, RESET)
     return tl.sum(row_parts, axis=0), tl.sum(proj_parts, axis=0)
 
 
@@ -123,7 +159,8 @@ def settled_sums_constraints(pack):
 
 
 @triton.jit
-def exchange_spin(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: tl.constexpr, SPIN: tl.constexpr):
+def exchange_spin(slot_ptr, pid, p, k, row_k, proj, cols, first, NC: tl.constexpr, BB: tl.constexpr,
+                  SPIN: tl.constexpr, NSLOTS: tl.constexpr, RESET: tl.constexpr):
     """exchange_slots' sums without a reduction across the program while it waits: each thread
     polls the words of its own values, SPIN of them at once (settled_sums_ptx), and adds the NC
     partials in program order, the same in every program. cols: the column of each value of row_k
@@ -136,9 +173,9 @@ def exchange_spin(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: 
     constants and the slot's address, Triton 3.6 rebuilt the whole loop in each layout its
     results are used in (4 loops a reflector, one round trip each, one after another: ptxas, 1,024
     x 16 grouped, 8 warps); an input that already has one layout pins the loop to it, and the
-    results are converted instead."""
+    results are converted instead. The slot, and RESET's clearing after, as exchange_slots'."""
     PW: tl.constexpr = 2 * BB
-    slot = slot_ptr + (pid * BB + k) * NC * PW
+    slot = slot_ptr + (pid * NSLOTS + ring_slot(k, first, NSLOTS, RESET)) * NC * PW
     tl.store(slot + p * PW + cols, row_k)
     tl.store(slot + p * PW + BB + cols, proj)
     if SPIN > 0:
@@ -154,37 +191,40 @@ def exchange_spin(slot_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: 
         for q in tl.static_range(1, NC):
             row_sum += tl.load(slot + q * PW + cols)
             proj_sum += tl.load(slot + q * PW + BB + cols)
+    clear_previous_slot(slot_ptr, pid, p, k, first, cols, NC, BB, NSLOTS, RESET)
     return row_sum, proj_sum
 
 
 @triton.jit
-def exchange(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC: tl.constexpr, BB: tl.constexpr,
-             EXCHANGE: tl.constexpr, SPIN: tl.constexpr):
-    """row_k and proj summed over the NC programs of matrix pid, by CoopKnobs.exchange."""
+def exchange(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, first, NC: tl.constexpr, BB: tl.constexpr,
+             EXCHANGE: tl.constexpr, SPIN: tl.constexpr, NSLOTS: tl.constexpr, RESET: tl.constexpr):
+    """row_k and proj summed over the NC programs of matrix pid, by CoopKnobs.exchange (slots
+    and spin through the ring's slots from `first`: ring_slot)."""
     if EXCHANGE == "spin":
-        return exchange_spin(part_ptr, pid, p, k, row_k, proj, cols, NC, BB, SPIN)
+        return exchange_spin(part_ptr, pid, p, k, row_k, proj, cols, first, NC, BB, SPIN, NSLOTS, RESET)
     elif EXCHANGE == "slots":  # flat (BB,) for the slots: the grouped slices hold (G, 4)
         row_k, proj = exchange_slots(part_ptr, pid, p, k, tl.reshape(row_k, (BB,)), tl.reshape(proj, (BB,)),
-                                     tl.arange(0, BB), NC, BB)
+                                     tl.arange(0, BB), first, NC, BB, NSLOTS, RESET)
         return tl.reshape(row_k, cols.shape), tl.reshape(proj, cols.shape)
     else:
         return exchange_counter(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC, BB)
 
 
 @triton.jit
-def coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, NC: tl.constexpr, BB: tl.constexpr,
+def coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, first, NC: tl.constexpr, BB: tl.constexpr,
               EXCHANGE: tl.constexpr, BELOW: tl.constexpr, GROUPED: tl.constexpr, SHUFFLE: tl.constexpr,
-              SPIN: tl.constexpr, APPROX: tl.constexpr):
+              SPIN: tl.constexpr, APPROX: tl.constexpr, NSLOTS: tl.constexpr, RESET: tl.constexpr):
     """Reflector k on this program's rows, its sums exchanged with the matrix's other programs
     (BELOW: this program's rows all lie below the panel's diagonal, panel.row_masks). GROUPED:
     the slice held as (BR, G, 4) (panel.grouped_sums and grouped_reflect, SHUFFLE their
     broadcast); T and tau only where they are stored, in the program with the diagonal.
-    APPROX: panel.reflector's."""
+    APPROX: panel.reflector's. first, NSLOTS, RESET: the exchange's ring (ring_slot)."""
     if GROUPED:
         x, tail, row_k, proj = grouped_sums(P, rows, cols, k, SHUFFLE, 0, BELOW)
     else:
         x, tail, row_k, proj = column_sums(P, rows, cols, k, BELOW)
-    row_k, proj = exchange(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, NC, BB, EXCHANGE, SPIN)
+    row_k, proj = exchange(part_ptr, count_ptr, pid, p, k, row_k, proj, cols, first, NC, BB, EXCHANGE, SPIN,
+                           NSLOTS, RESET)
     if GROUPED:
         return grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, 0, BELOW, not BELOW, APPROX)
     else:
@@ -192,19 +232,21 @@ def coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, NC: tl.con
 
 
 @triton.jit
-def coop_reflectors(P, T, taus, rows, cols, bw, part_ptr, count_ptr, pid, p, NC: tl.constexpr,
+def coop_reflectors(P, T, taus, rows, cols, bw, part_ptr, count_ptr, pid, p, first, NC: tl.constexpr,
                     BB: tl.constexpr, EXCHANGE: tl.constexpr, UNROLL: tl.constexpr, BELOW: tl.constexpr,
-                    GROUPED: tl.constexpr, SHUFFLE: tl.constexpr, SPIN: tl.constexpr, APPROX: tl.constexpr):
-    """The panel's reflector loop on this program's rows (UNROLL and APPROX as householder_panel_kernel's)."""
+                    GROUPED: tl.constexpr, SHUFFLE: tl.constexpr, SPIN: tl.constexpr, APPROX: tl.constexpr,
+                    NSLOTS: tl.constexpr, RESET: tl.constexpr):
+    """The panel's reflector loop on this program's rows (UNROLL and APPROX as householder_panel_kernel's;
+    first, NSLOTS, RESET: coop_step's)."""
     if UNROLL == 0:
         for k in range(0, bw):
-            P, T, taus = coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, NC, BB, EXCHANGE,
-                                   BELOW, GROUPED, SHUFFLE, SPIN, APPROX)
+            P, T, taus = coop_step(P, T, taus, rows, cols, k, part_ptr, count_ptr, pid, p, first, NC, BB, EXCHANGE,
+                                   BELOW, GROUPED, SHUFFLE, SPIN, APPROX, NSLOTS, RESET)
     else:
         for k0 in range(0, BB, UNROLL):
             for r in tl.static_range(UNROLL):
-                P, T, taus = coop_step(P, T, taus, rows, cols, k0 + r, part_ptr, count_ptr, pid, p, NC, BB,
-                                       EXCHANGE, BELOW, GROUPED, SHUFFLE, SPIN, APPROX)
+                P, T, taus = coop_step(P, T, taus, rows, cols, k0 + r, part_ptr, count_ptr, pid, p, first, NC,
+                                       BB, EXCHANGE, BELOW, GROUPED, SHUFFLE, SPIN, APPROX, NSLOTS, RESET)
     return P, T, taus
 
 
@@ -214,7 +256,7 @@ def coop_panel_kernel(
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, FULL: tl.constexpr,
     EXCHANGE: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr, SHUFFLE: tl.constexpr,
-    SPIN: tl.constexpr, PDL: tl.constexpr, APPROX: tl.constexpr,
+    SPIN: tl.constexpr, PDL: tl.constexpr, APPROX: tl.constexpr, NSLOTS: tl.constexpr, RESET: tl.constexpr,
 ):
     """Grid: (NC, batch). Program (p, i) owns panel rows [p*BR, (p+1)*BR) of matrix i.
 
@@ -232,10 +274,22 @@ def coop_panel_kernel(
     PDL: launch.wait_for_previous first (before any program spins on another). APPROX
     (PanelKnobs.reciprocal approx): the reflectors' reciprocals by the hardware's alone
     (panel.reflector).
+
+    RESET (CoopKnobs.slot_reset kernel): part_ptr is a ring of NSLOTS = BB + 1 slots a matrix
+    and count_ptr counts matrix i's launches so far. Launch t exchanges reflector k through slot
+    (s_t + k) mod NSLOTS, with s_t = -t mod NSLOTS: each launch starts one slot before the last,
+    so it skips the one slot the launch before left written (its last), and clears it; every
+    other slot is cleared inside the launch that used it (clear_previous_slot). The ring is
+    all SLOT_SENTINEL when first allocated. Program 0 counts the launch once its last exchange
+    is done: every program has read the count by then (each wrote its last slot after).
     """
     wait_for_previous(PDL)
     p = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)
+    first = 0
+    if RESET:
+        first = (NSLOTS - tl.load(count_ptr + pid) % NSLOTS) % NSLOTS
+        clear_own_words(part_ptr, pid, p, (first + NSLOTS - 1) % NSLOTS, tl.arange(0, BB), True, NC, BB, NSLOTS)
     rows = p * BR + tl.arange(0, BR)
     cols = tl.arange(0, BB)
     P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
@@ -250,11 +304,13 @@ def coop_panel_kernel(
     # Program 0 holds the panel's diagonal; the others' rows all lie below it (BR >= BB),
     # which lets the compiler fold their row masks (panel.row_masks).
     if p == 0:  # rows as a constant range (p * BR is zero here), so its masks fold as the panel's do
-        P, T, taus = coop_reflectors(P, T, taus, first_rows, loop_cols, bw, part_ptr, count_ptr, pid, p, NC, BB,
-                                     EXCHANGE, UNROLL, False, GROUPED, SHUFFLE, SPIN, APPROX)
+        P, T, taus = coop_reflectors(P, T, taus, first_rows, loop_cols, bw, part_ptr, count_ptr, pid, p, first, NC,
+                                     BB, EXCHANGE, UNROLL, False, GROUPED, SHUFFLE, SPIN, APPROX, NSLOTS, RESET)
+        if RESET:
+            tl.atomic_add(count_ptr + pid, 1)
     else:
-        P, T, taus = coop_reflectors(P, T, taus, slice_rows, loop_cols, bw, part_ptr, count_ptr, pid, p, NC, BB,
-                                     EXCHANGE, UNROLL, True, GROUPED, SHUFFLE, SPIN, APPROX)
+        P, T, taus = coop_reflectors(P, T, taus, slice_rows, loop_cols, bw, part_ptr, count_ptr, pid, p, first, NC,
+                                     BB, EXCHANGE, UNROLL, True, GROUPED, SHUFFLE, SPIN, APPROX, NSLOTS, RESET)
     if GROUPED:
         P = tl.reshape(P, (BR, BB))
         T = tl.reshape(T, (BB, BB))
@@ -292,12 +348,13 @@ def coop_programs_allowed(programs: int, batch: int, device) -> int:
 
 
 def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadcast="sum", v_col_off=0,
-               v_row_off=None):
+               v_row_off=None, slot_reset="host"):
     """householder_panel's contract, with the panel's rows split over `programs` programs
     (CoopKnobs.programs, fewer where they would not all be resident) that sum their partials
     per reflector by CoopKnobs.exchange ("counter", "slots" or "spin"). `knobs` (PanelKnobs) gives
     num_warps by the rows one program holds, and unroll. broadcast (CoopKnobs.broadcast) shuffle
-    holds each slice as column groups where panel.shuffle_layout_holds (exchange slots or spin)."""
+    holds each slice as column groups where panel.shuffle_layout_holds (exchange slots or spin).
+    slot_reset (CoopKnobs.slot_reset) kernel: the slots as coop_panel_kernel's ring, no fill."""
     batch, n, _ = dst.shape
     L = n - j
     NC = coop_programs_allowed(programs, batch, dst.device)
@@ -307,11 +364,18 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
                            f"this is Triton {triton.__version__}: use exchange slots")
     if broadcast == "shuffle" and exchange == "counter":
         raise ValueError("coop broadcast shuffle needs exchange slots or spin, got counter")
-    count = scratch("coop_count", (batch,), torch.int32, dst.device)
-    if exchange in ("slots", "spin"):
+    reset = slot_reset == "kernel"
+    if reset and (exchange not in ("slots", "spin") or knobs.unroll == 0):
+        raise ValueError(f"coop slot_reset kernel needs exchange slots or spin and panel.unroll > 0, got "
+                         f"exchange {exchange}, unroll {knobs.unroll}")
+    if reset:
+        parts, count = slot_ring(batch, BB, NC, dst.device)
+    elif exchange in ("slots", "spin"):
+        count = scratch("coop_count", (batch,), torch.int32, dst.device)
         parts = scratch("coop_slots", (batch, BB, NC, 2 * BB), torch.float32, dst.device)
         parts.view(torch.int32).fill_(SLOT_SENTINEL.value)
     else:
+        count = scratch("coop_count", (batch,), torch.int32, dst.device)
         parts = scratch("coop_parts", (batch, 2, NC, 2 * BB), torch.float32, dst.device)
         count.zero_()
     coop_panel_kernel[(NC, batch)](
@@ -320,5 +384,18 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
         j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, EXCHANGE=exchange, UNROLL=knobs.unroll,
         GROUPED=grouped, SHUFFLE=grouped and not interpreted(), SPIN=spin_width(),
-        APPROX=approx_reciprocals(knobs.reciprocal), num_warps=num_warps, **pdl_launch(),
+        APPROX=approx_reciprocals(knobs.reciprocal), NSLOTS=BB + 1 if reset else BB, RESET=reset,
+        num_warps=num_warps, **pdl_launch(),
     )
+
+
+def slot_ring(batch: int, BB: int, NC: int, device):
+    """coop_panel_kernel's ring for slot_reset kernel: (slots, launch counts), every word the
+    sentinel when allocated. The counts are the ring's own (a ring's position follows its
+    launches alone), so they are keyed by its shape."""
+    def all_sentinel(ring):
+        ring.view(torch.int32).fill_(SLOT_SENTINEL.value)
+
+    ring = scratch("coop_ring", (batch, BB + 1, NC, 2 * BB), torch.float32, device, init=all_sentinel)
+    count = scratch(f"coop_ring_launches_{BB}_{NC}", (batch,), torch.int32, device, init=torch.Tensor.zero_)
+    return ring, count

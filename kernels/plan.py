@@ -40,6 +40,9 @@ TWO_LEVEL_DRIVERS = ("twolevel", "coop")
 # How the cooperative panel's programs combine their rows: partial sums exchanged per reflector
 # (coop.py), or each slice factored alone and the R factors combined once a panel (tsqr.py).
 COOP_EXCHANGES = ("counter", "slots", "spin", "tsqr")
+# CoopKnobs.slot_reset (coop.py): the slots/spin exchange's words set back to the sentinel by a
+# fill launch before each cooperative launch, or by the launches themselves (a ring of slots).
+SLOT_RESETS = ("host", "kernel")
 # TwoLevelKnobs.block_t (wy.py): a block's T by torch products, or by one Triton launch.
 BLOCK_T = ("merge", "kernel")
 # TwoLevelKnobs.gram (wy.py): the block's Y^T Y through cuBLAS in fp32, or on tensor cores.
@@ -331,6 +334,11 @@ class CoopKnobs:
                                                   "(the panel held as column groups of 4, where its rows are "
                                                   "16-byte aligned; with exchange slots, spin or tsqr; GPU only)")
     max_rows: int = knob(1024, IntRange(1), "panels up to this height use the one-program panel")
+    slot_reset: str = knob("host", OneOf(SLOT_RESETS), "with exchange slots or spin, who sets the exchange's "
+                                                      "words back to the sentinel: host (a fill launch before "
+                                                      "each cooperative launch) or kernel (each launch clears "
+                                                      "a reflector's slot once every program has read it, in a "
+                                                      "ring of panel.width + 1 slots: no fill launch)")
 
 
 @dataclass(frozen=True)
@@ -464,6 +472,13 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
     if not value_problems(coop) and coop.broadcast == "shuffle" and coop.exchange == "counter":
         out.append((("coop", "broadcast"), "got shuffle with coop.exchange counter; allowed: shuffle with "
                     "exchange slots, spin or tsqr, or sum"))
+    if not value_problems(coop) and coop.slot_reset == "kernel" and coop.exchange not in ("slots", "spin"):
+        out.append((("coop", "slot_reset"), f"got kernel with coop.exchange {coop.exchange}; allowed: kernel with "
+                    "exchange slots or spin (the sentinel slots it clears), or host"))
+    if (not value_problems(coop) and coop.slot_reset == "kernel" and not value_problems(panel)
+            and panel.unroll == 0):
+        out.append((("coop", "slot_reset"), "got kernel with panel.unroll 0; allowed: kernel with panel.unroll "
+                    "1-8 (every launch then walks all panel.width slots of the ring), or host"))
     twolevel = sections["twolevel"]
     width_ok = not any(name == "width" for name, _ in value_problems(panel))
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))

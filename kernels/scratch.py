@@ -14,12 +14,16 @@ _SCRATCH = {}
 _SCRATCH_SCOPE = ""
 
 
-def scratch(name: str, shape: tuple, dtype, device) -> torch.Tensor:
-    """A buffer allocated once per (scope, name, shape, dtype, device); its contents are the caller's."""
+def scratch(name: str, shape: tuple, dtype, device, init=None) -> torch.Tensor:
+    """A buffer allocated once per (scope, name, shape, dtype, device); its contents are the
+    caller's. init(buffer), if given, runs once, when the buffer is allocated (inside a graph
+    capture it is captured, and then runs at every replay)."""
     key = (_SCRATCH_SCOPE, name, tuple(shape), dtype, str(device))
     buf = _SCRATCH.get(key)
     if buf is None:
         buf = torch.empty(shape, dtype=dtype, device=device)
+        if init is not None:
+            init(buf)
         _SCRATCH[key] = buf
     return buf
 

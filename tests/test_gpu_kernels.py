@@ -44,6 +44,34 @@ def test_cooperative_panel_with_several_programs(programs, exchange, broadcast, 
         torch.testing.assert_close(T[i].double().cpu(), T_ref, atol=1e-4, rtol=1e-3)
 
 
+@pytest.mark.parametrize("exchange,broadcast", [("spin", "shuffle"), ("slots", "sum")])
+@pytest.mark.parametrize("programs", [2, 4, 8])
+def test_kernel_cleared_slots_over_many_launches(programs, exchange, broadcast):
+    """coop.slot_reset kernel with programs that really wait on each other: 40 launches in a row
+    on the same ring (panels of 16 at j = 0, 16, ..., each twice the ring's length and more, so
+    that every slot is the one a launch skips several times), each against the host-filled
+    slots' factors, and the ring left with one written slot after each."""
+    from qrsub.kernels.coop import SLOT_SENTINEL, slot_ring
+
+    n, bw, batch = 1600, 16, 2
+    A = gpu_matrices(batch, n)
+    knobs = PanelKnobs(num_warps=4, unroll=4)
+    for launch in range(40):
+        j = (launch % 8) * bw
+        outs = {}
+        for reset in plan.SLOT_RESETS:
+            dst, tau = A.clone(), torch.zeros(batch, n, device="cuda")
+            T, V = torch.zeros(batch, bw, bw, device="cuda"), torch.zeros(batch, n, bw, device="cuda")
+            coop_panel(A, dst, tau, T, V, j, bw, programs=programs, exchange=exchange, broadcast=broadcast,
+                       knobs=knobs, slot_reset=reset)
+            outs[reset] = (dst, tau, T)
+        for got, want in zip(outs["kernel"], outs["host"]):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        ring, _ = slot_ring(batch, bw, programs, A.device)
+        written = (ring.view(torch.int32) != SLOT_SENTINEL.value).reshape(batch, bw + 1, -1).any(dim=2)
+        assert written.sum(dim=1).tolist() == [1] * batch, f"launch {launch}: one written slot a matrix"
+
+
 @pytest.mark.parametrize("broadcast,bw", [("sum", 32), ("shuffle", 16), ("shuffle", 32)])
 @pytest.mark.parametrize("programs", [1, 2, 8, 32])
 def test_tsqr_panel_with_several_programs(programs, broadcast, bw):
@@ -162,6 +190,10 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("gramsplit", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256),
          coop=SLOTS4),
+    # the exchange's slots cleared by the cooperative launches themselves (coop.slot_reset kernel)
+    case("coop-ring", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
+         coop=dict(SLOTS4, exchange="spin", broadcast="shuffle", slot_reset="kernel")),
     # ... its parts summed by block_t_kernel as it reads them (twolevel.gram_sum block_t)
     case("gramsum", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256,

@@ -5,7 +5,7 @@ runs 2, 4 and 8 programs on a GPU)."""
 
 import pytest
 import torch
-from kernel_helpers import sass_loop_lines, special_matrices
+from kernel_helpers import route, sass_loop_lines, special_matrices
 
 from qrsub.kernels.coop import coop_panel, resident_programs, spin_width
 from qrsub.kernels.naive import coop_panel_ref, panel_ref
@@ -76,14 +76,17 @@ def test_grouped_slices_need_slots_or_spin():
 UNROLL = 4
 
 
-@pytest.mark.parametrize("programs,rows,width,warps,grouped,full,arch", [
-    (4, 1024, 16, 8, True, True, 90), (4, 512, 16, 4, True, True, 90), (2, 1024, 16, 8, True, True, 90),  # giant, huge
-    (8, 256, 32, 4, True, True, 90), (2, 1024, 32, 4, False, True, 90), (4, 512, 16, 4, False, False, 90),  # twins
-    (2, 64, 16, 1, True, True, 90),
+@pytest.mark.parametrize("programs,rows,width,warps,grouped,full,arch,reset", [
+    (4, 1024, 16, 8, True, True, 90, False), (4, 512, 16, 4, True, True, 90, False),  # giant, huge
+    (2, 1024, 16, 8, True, True, 90, False),
+    (8, 256, 32, 4, True, True, 90, False), (2, 1024, 32, 4, False, True, 90, False),  # twins
+    (4, 512, 16, 4, False, False, 90, False), (2, 64, 16, 1, True, True, 90, False),
     # the champion's giant and huge panels compiled for the B200 (sm_100): no GPU here has run them
-    (4, 1024, 16, 8, True, True, 100), (4, 512, 16, 4, True, True, 100)])
+    (4, 1024, 16, 8, True, True, 100, False), (4, 512, 16, 4, True, True, 100, False),
+    # ... and with the slots cleared by the kernel (coop.slot_reset kernel: the ring's slots)
+    (4, 1024, 16, 8, True, True, 90, True), (4, 512, 16, 4, True, True, 90, True)])
 def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, width, warps, grouped, full, arch,
-                                                                monkeypatch):
+                                                                reset, monkeypatch):
     """coop.exchange spin: the PTX loop (settled_sums_ptx) takes spin_width values a thread. The
     interpreter cannot run it, so this compiles the cooperative panel for sm_90, and for sm_100 (the
     B200) on the champion's shapes (tools/sass_loop.py,
@@ -95,9 +98,9 @@ def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, 
     monkeypatch.setattr("qrsub.kernels.coop.interpreted", lambda: False)
     pack = spin_width()
     consts = dict(NC=programs, BR=rows, BB=width, WRITE_T=True, FULL=full, EXCHANGE="spin", UNROLL=UNROLL,
-                  GROUPED=grouped, SHUFFLE=grouped, SPIN=pack, PDL=False)
+                  GROUPED=grouped, SHUFFLE=grouped, SPIN=pack, PDL=False, RESET=reset)
     lines = sass_loop_lines("--asm-loops", "--arch", str(arch), "--warps", str(warps), "--kernel", "coop.coop_panel_kernel",
-                            *(f"--const={k}={v}" for k, v in consts.items()))
+                            "--int-ptr", "count_ptr", *(f"--const={k}={v}" for k, v in consts.items()))
     loops = [line for line in lines if line.startswith("asm loop:")]
     assert loops == [f"asm loop: {2 * programs * pack} loads; undefined operands: none"] * (2 * UNROLL)
 
@@ -106,3 +109,64 @@ def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, 
     (16, 2, 132, 16), (16, 8, 132, 16), (16, 9, 132, 8), (4, 60, 132, 2), (8, 200, 132, 1), (1, 1, 132, 1)])
 def test_programs_are_halved_until_all_are_resident(programs, batch, sms, used):
     assert resident_programs(programs, batch, sms) == used
+
+
+SENTINEL_BITS = 0x7FC0DEAD  # coop.SLOT_SENTINEL
+
+
+def dirty_slots(ring, batch_index=0):
+    """The ring slots of one matrix holding any word that is not the sentinel."""
+    words = ring[batch_index].view(torch.int32).reshape(ring.shape[1], -1)
+    return [s for s in range(ring.shape[1]) if bool((words[s] != SENTINEL_BITS).any())]
+
+
+@pytest.mark.parametrize("exchange", ["slots", "spin"])
+def test_kernel_cleared_slots_give_the_host_filled_slots_factors(exchange):
+    """coop.slot_reset kernel: the ring of BB + 1 slots, no fill launch. Four launches in a row
+    (panels at j = 0, 16, 32, 48): each leaves only its last slot written, one slot before the
+    last launch's, clears the one the launch before left, and counts itself; the factors are the
+    host-filled slots' (the interpreter runs one program a matrix, so the sums are one part)."""
+    from qrsub.kernels.coop import slot_ring
+
+    n, bw = 80, 16
+    A = special_matrices(n, batch=3)
+    ring, count = slot_ring(A.shape[0], bw, 1, A.device)
+    start = int(count[0])
+    outputs = {}
+    for reset in ("host", "kernel"):
+        dst, tau = A.clone(), torch.zeros(A.shape[0], n)
+        T, V = torch.zeros(A.shape[0], bw, bw), torch.zeros(A.shape[0], n, bw)
+        for launch, j in enumerate(range(0, 64, bw)):
+            coop_panel(dst if j else A, dst, tau, T, V, j, bw, programs=4, exchange=exchange,
+                       knobs=PanelKnobs(num_warps=4, unroll=4), slot_reset=reset)
+            if reset == "kernel":
+                t = start + launch
+                last = ((-t) % (bw + 1) + bw - 1) % (bw + 1)
+                assert dirty_slots(ring) == [last], f"launch {launch}: only its last slot is written"
+                assert int(count[0]) == t + 1
+        outputs[reset] = dst, tau
+    torch.testing.assert_close(outputs["kernel"][0], outputs["host"][0])
+    torch.testing.assert_close(outputs["kernel"][1], outputs["host"][1])
+
+
+def test_kernel_cleared_slots_need_sentinel_slots_and_an_unrolled_loop():
+    A = special_matrices(48)
+
+    def factor(exchange, unroll):
+        coop_panel(A, A.clone(), torch.zeros(A.shape[0], 48), torch.zeros(A.shape[0], 16, 16),
+                   torch.zeros(A.shape[0], 48, 16), 0, 16, programs=4, exchange=exchange,
+                   knobs=PanelKnobs(num_warps=4, unroll=unroll), slot_reset="kernel")
+
+    with pytest.raises(ValueError, match="slot_reset kernel needs exchange slots or spin and panel.unroll > 0"):
+        factor("counter", 4)
+    with pytest.raises(ValueError, match="got exchange spin, unroll 0"):
+        factor("spin", 0)
+
+
+def test_a_route_clears_slots_in_the_kernel_only_where_they_exist():
+    coop = dict(programs=4, max_rows=512, exchange="spin", slot_reset="kernel")
+    route(driver="coop", panel=dict(width=16, unroll=4), twolevel=dict(outer=128), coop=coop)
+    with pytest.raises(ValueError, match="coop.slot_reset: got kernel with coop.exchange counter;"):
+        route(driver="coop", panel=dict(width=16, unroll=4), coop={**coop, "exchange": "counter"})
+    with pytest.raises(ValueError, match="coop.slot_reset: got kernel with panel.unroll 0;"):
+        route(driver="coop", panel=dict(width=16, unroll=0), coop=coop)

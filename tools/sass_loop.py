@@ -90,11 +90,13 @@ def argument_type(name: str, int_ptrs=()) -> str:
 def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=(), arch: int = 90):
     """fn compiled for sm_ARCH (90: Hopper, the lent H200; 100: Blackwell, the leaderboard's B200): every argument not in constants a pointer (named *_ptr) or an int,
     all divisible by 16 but those fn does not specialize on alignment (as the launcher). A
-    relocation slot (*_SLOT) not given is NO_SLOT, and PDL, V_PARTS, LATE_WAIT, TAIL, APPROX and
-    T_AFTER are off unless given."""
+    relocation slot (*_SLOT) not given is NO_SLOT, PDL, V_PARTS, LATE_WAIT, TAIL, APPROX, T_AFTER and
+    RESET are off unless given, and the cooperative panel's NSLOTS is BB + RESET."""
     defaults = {a: -1 for a in fn.arg_names if a.endswith("_SLOT")}
-    defaults.update({a: False for a in ("PDL", "V_PARTS", "LATE_WAIT", "TAIL", "APPROX", "T_AFTER")
+    defaults.update({a: False for a in ("PDL", "V_PARTS", "LATE_WAIT", "TAIL", "APPROX", "T_AFTER", "RESET")
                      if a in fn.arg_names})
+    if "NSLOTS" in fn.arg_names and "BB" in constants:
+        defaults["NSLOTS"] = constants["BB"] + int(bool(constants.get("RESET", False)))
     constants = {**defaults, **constants}
     signature = {a: "constexpr" if a in constants else argument_type(a, int_ptrs) for a in fn.arg_names}
     unaligned = {p.name for p in fn.params if p.do_not_specialize or p.do_not_specialize_on_alignment}
