@@ -260,11 +260,16 @@ def one_program_panel(route):
 
 def factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far):
     """The outer block [J, J+ob): a launch per inner panel and in-block strip, then (when a
-    far update follows) the block's T, as route.twolevel.block_t says (wy.py)."""
+    far update follows) the block's T, as route.twolevel.block_t says (wy.py). Vb's rows above
+    each inner panel's diagonal are zeroed first by a launch, or (TwoLevelKnobs.zero_fill gram)
+    by the Gram product's launch: only the block T and the far update read them, and a last
+    block, with neither, leaves them as they are."""
     batch, n, _ = H.shape
     b = route.panel.width
     Tin = scratch("Tin", (batch, route.twolevel.outer // b, b, b), H.dtype, H.device)
-    Vb[:, J:J + ob].zero_()  # rows above each inner diagonal must read as zero
+    zero_in_gram = route.twolevel.zero_fill == "gram"
+    if not zero_in_gram:
+        Vb[:, J:J + ob].zero_()  # rows above each inner diagonal must read as zero
     widths = []
     for j in range(J, J + ob, b):
         bw = min(b, J + ob - j)
@@ -281,7 +286,7 @@ def factor_block(src, H, tau, Vb, Tb, J, ob, route, panel, far):
     if far and route.twolevel.block_t == "kernel":
         two = route.twolevel
         block_t(Vb[:, J:, :ob], Tin, b, Tb[:, :ob, :ob], two.gram, two.gram_split_rows, two.gram_columns,
-                two.gram_sum)
+                two.gram_sum, zero_in_gram)
     elif far:
         wy_merge(Vb[:, J:, :ob], Tin, widths, Tb[:, :ob, :ob])
 

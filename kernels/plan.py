@@ -61,6 +61,9 @@ FIRST_FAR = ("copy", "direct", "direct_rounded")
 # TwoLevelKnobs.gram_sum (wy.py): with gram_split_rows, the splits' Gram parts summed by a torch
 # launch of their own, or by block_t_kernel as it reads each block of G (one launch fewer a block).
 GRAM_SUMS = ("launch", "block_t")
+# TwoLevelKnobs.zero_fill (blocked.py, wy.py): V's rows above each inner panel's diagonal zeroed
+# by a launch before each outer block, or by the Triton Gram product's launch.
+ZERO_FILLS = ("launch", "gram")
 # TwoLevelKnobs' tiles of the direct first far update, each the StripKnobs field it stands in for.
 FIRST_FAR_TILE = {"first_far_bm": "bm", "first_far_bn": "bn", "first_far_stages": "num_stages",
                   "first_far_warps": "num_warps"}
@@ -310,6 +313,11 @@ class TwoLevelKnobs:
     gram_sum: str = knob("launch", OneOf(GRAM_SUMS), "with gram_split_rows: who sums the splits' parts of the "
                                                     "Gram product: launch (torch, a launch of its own) or block_t "
                                                     "(block_t_kernel, as it reads each block of G it needs)")
+    zero_fill: str = knob("launch", OneOf(ZERO_FILLS), "V's rows above each inner panel's diagonal, which the "
+                                                       "block T and the far update read as zeros: launch (a fill "
+                                                       "before each outer block) or gram (with gram fp16x3 or "
+                                                       "tf32x3: the Gram product's launch writes them and masks "
+                                                       "them in its own loads; no launch)")
     gram_columns: int = knob(0, Pow2(16, 512, zero_is_off=True), "with gram fp16x3 or tf32x3: columns of G a "
                                                                   "program of the Gram product writes, only "
                                                                   "those right of its rows' diagonal block "
@@ -495,6 +503,9 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
     if twolevel.gram != "cublas" and twolevel.block_t != "kernel" and not value_problems(twolevel):
         out.append((("twolevel", "gram"), f"got {twolevel.gram} with twolevel.block_t {twolevel.block_t}; "
                     "allowed: cublas, or block_t kernel (the torch merge takes cuBLAS's product)"))
+    if twolevel.zero_fill == "gram" and twolevel.gram == "cublas" and not value_problems(twolevel):
+        out.append((("twolevel", "zero_fill"), "got gram with twolevel.gram cublas; allowed: launch, or gram with "
+                    "gram fp16x3 or tf32x3 (the Triton Gram product writes the zeros)"))
     if twolevel.gram_sum != "launch" and not twolevel.gram_split_rows and not value_problems(twolevel):
         out.append((("twolevel", "gram_sum"), f"got {twolevel.gram_sum} with twolevel.gram_split_rows 0; allowed: "
                     "launch, or block_t with gram_split_rows set (there are no parts to sum otherwise)"))

@@ -92,9 +92,21 @@ def block_t_kernel(g_ptr, tin_ptr, t_ptr, g_bs, g_ss, splits, g_ld, tin_bs, tin_
 
 
 @triton.jit
+def zero_above_diagonal(y, q, c, rows_per, y_ld, B: tl.constexpr, BM: tl.constexpr):
+    """Zeros into Y's block column q above row q*B, on split c's rows: the rows above inner panel
+    q's diagonal, which the far update's products read as Y's zeros."""
+    cb = tl.arange(0, B)
+    top = tl.minimum((c + 1) * rows_per, q * B)
+    for r0 in range(c * rows_per, top, BM):
+        rm = r0 + tl.arange(0, BM)
+        tl.store(y + rm[:, None] * y_ld + (q * B + cb)[None, :], tl.zeros((BM, B), dtype=tl.float32),
+                 mask=(rm < top)[:, None])
+
+
+@triton.jit
 def gram_kernel(y_ptr, g_ptr, L, rows_per, y_bs, y_ld, g_bs, g_ss, g_ld,
                 OB: tl.constexpr, B: tl.constexpr, CW: tl.constexpr, UPPER: tl.constexpr, BM: tl.constexpr,
-                PREC: tl.constexpr, PDL: tl.constexpr):
+                PREC: tl.constexpr, ZERO: tl.constexpr, PDL: tl.constexpr):
     """Grid: ((OB // B) * (OB // CW), splits, batch). Program (q * (OB // CW) + h, c, i) writes
     rows [q*B, (q+1)*B) x columns [h*CW, (h+1)*CW) of the part of matrix i's Gram matrix
     G = Y^T Y that Y's rows [c*rows_per, (c+1)*rows_per) give (g_ptr + i*g_bs + c*g_ss, row
@@ -102,7 +114,10 @@ def gram_kernel(y_ptr, g_ptr, L, rows_per, y_bs, y_ld, g_bs, g_ss, g_ld,
     its block column q is zero above row q*B, so the row loop starts there (a split wholly
     above it writes zeros). One split (rows_per >= L) writes G itself. UPPER: a program whose
     columns all lie left of column (q+1)*B writes nothing (block_t_kernel reads only the blocks
-    above G's block diagonal). Products in PREC (precision.dot_prec).
+    above G's block diagonal). Products in PREC (precision.dot_prec). Y's entries above each
+    block column's first row are never used (the loads mask them), so they may hold anything;
+    ZERO (TwoLevelKnobs.zero_fill gram): programs (q, 0, c) write zeros there on their split's
+    rows (zero_above_diagonal), for the far update's products after this launch.
     Invariants: OB, B, CW, BM powers of two >= 16, B and CW divide OB, BM divides rows_per.
     PDL: launch.wait_for_previous first.
     """
@@ -111,27 +126,32 @@ def gram_kernel(y_ptr, g_ptr, L, rows_per, y_bs, y_ld, g_bs, g_ss, g_ld,
     h = tl.program_id(0) % (OB // CW)
     c = tl.program_id(1)
     pid = tl.program_id(2).to(tl.int64)
+    y = y_ptr + pid * y_bs
+    if ZERO and h == 0:
+        zero_above_diagonal(y, q, c, rows_per, y_ld, B, BM)
     if not UPPER or (h + 1) * CW > (q + 1) * B:
-        y = y_ptr + pid * y_bs
         cb = tl.arange(0, B)
         co = h * CW + tl.arange(0, CW)
         end = tl.minimum(L, (c + 1) * rows_per)
         acc = tl.zeros((B, CW), dtype=tl.float32)
         for r0 in range(tl.maximum(c * rows_per, ((q * B) // BM) * BM), end, BM):
             rm = r0 + tl.arange(0, BM)
-            Y_q = tl.load(y + rm[:, None] * y_ld + (q * B + cb)[None, :], mask=(rm < end)[:, None], other=0.0)
-            Y_h = tl.load(y + rm[:, None] * y_ld + co[None, :], mask=(rm < end)[:, None], other=0.0)
+            in_q = (rm < end)[:, None] & (rm >= q * B)[:, None]
+            in_h = (rm < end)[:, None] & (rm[:, None] >= ((co // B) * B)[None, :])
+            Y_q = tl.load(y + rm[:, None] * y_ld + (q * B + cb)[None, :], mask=in_q, other=0.0)
+            Y_h = tl.load(y + rm[:, None] * y_ld + co[None, :], mask=in_h, other=0.0)
             acc = dot_prec(tl.trans(Y_q), Y_h, acc, PREC)
         tl.store(g_ptr + pid * g_bs + c * g_ss + (q * B + cb)[:, None] * g_ld + co[None, :], acc)
 
 
-def gram_product(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, columns: int = 0) -> torch.Tensor:
+def gram_product(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, columns: int = 0,
+                 zero: bool = False) -> torch.Tensor:
     """Y^T Y (batch x ob x ob) for a block of inner panels `width` wide: cuBLAS in fp32 when
     `gram` (TwoLevelKnobs.gram) is "cublas", else gram_parts' parts, summed in a fixed order by
     torch where there are several."""
     if gram == "cublas":
         return torch.bmm(Y.transpose(1, 2), Y)
-    parts = gram_parts(Y, width, gram, split_rows, columns)
+    parts = gram_parts(Y, width, gram, split_rows, columns, zero)
     if parts.shape[1] == 1:
         return parts[:, 0]
     G = scratch("gram", (Y.shape[0], Y.shape[2], Y.shape[2]), Y.dtype, Y.device)
@@ -139,12 +159,14 @@ def gram_product(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, co
     return G
 
 
-def gram_parts(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, columns: int = 0) -> torch.Tensor:
+def gram_parts(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, columns: int = 0,
+               zero: bool = False) -> torch.Tensor:
     """Y^T Y as parts (batch x splits x ob x ob) by gram_kernel in `gram`'s precision, its rows
     split over programs split_rows at a time where Y is taller (TwoLevelKnobs.gram_split_rows;
     0: not split, one part). columns > 0 (TwoLevelKnobs.gram_columns): programs of that many
     columns, and only the blocks above the block diagonal (width x width blocks) are written;
-    the others hold anything."""
+    the others hold anything. Y above each inner panel's diagonal may hold anything; zero
+    (TwoLevelKnobs.zero_fill gram): the launch writes zeros there."""
     batch, L, ob = Y.shape
     G = scratch("gram", (batch, ob, ob), Y.dtype, Y.device)
     splits = triton.cdiv(L, split_rows) if split_rows else 1
@@ -152,23 +174,24 @@ def gram_parts(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, colu
     cw = min(columns, ob) if columns else ob
     gram_kernel[((ob // width) * (ob // cw), splits, batch)](
         Y, parts, L, split_rows if splits > 1 else L, Y.stride(0), Y.stride(1), parts.stride(0), parts.stride(1),
-        parts.stride(2), OB=ob, B=width, CW=cw, UPPER=columns > 0, BM=GRAM_BM, PREC=gram, num_warps=4,
+        parts.stride(2), OB=ob, B=width, CW=cw, UPPER=columns > 0, BM=GRAM_BM, PREC=gram, ZERO=zero, num_warps=4,
         **pdl_launch())
     return parts
 
 
 def block_t(Y: torch.Tensor, inner_T: torch.Tensor, width: int, out: torch.Tensor, gram: str = "cublas",
-            gram_split_rows: int = 0, gram_columns: int = 0, gram_sum: str = "launch"):
+            gram_split_rows: int = 0, gram_columns: int = 0, gram_sum: str = "launch", zero: bool = False):
     """wy_merge's result in one launch after the Gram product (gram_product(Y, width, gram,
-    gram_split_rows, gram_columns)): every inner panel `width` wide (a block with a far update
-    is whole), inner_T: batch x ob/width x width x width. gram_sum block_t
+    gram_split_rows, gram_columns, zero)): every inner panel `width` wide (a block with a far
+    update is whole), inner_T: batch x ob/width x width x width. gram_sum block_t
     (TwoLevelKnobs.gram_sum): the Gram parts go to block_t_kernel as they are, and it sums them."""
     batch, _, ob = Y.shape
     assert ob % width == 0 and inner_T.shape[-1] == width and inner_T.shape[1] >= ob // width
+    assert not zero or gram != "cublas", "cuBLAS's Gram product reads Y's zeros: a launch writes them first"
     if gram_sum == "block_t" and gram != "cublas":
-        parts = gram_parts(Y, width, gram, gram_split_rows, gram_columns)
+        parts = gram_parts(Y, width, gram, gram_split_rows, gram_columns, zero)
     else:
-        parts = gram_product(Y, width, gram, gram_split_rows, gram_columns)[:, None]
+        parts = gram_product(Y, width, gram, gram_split_rows, gram_columns, zero)[:, None]
     splits = parts.shape[1]
     block_t_kernel[(ob // width, batch)](
         parts, inner_T, out, parts.stride(0), parts.stride(1), splits, parts.stride(2), inner_T.stride(0),

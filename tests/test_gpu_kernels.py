@@ -194,6 +194,14 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("coop-ring", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
          coop=dict(SLOTS4, exchange="spin", broadcast="shuffle", slot_reset="kernel")),
+    # V's zeros above the inner diagonals written by the Gram launch (twolevel.zero_fill gram)
+    case("zerofill", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256,
+                       zero_fill="gram"),
+         coop=SLOTS4),
+    case("2l-zerofill", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", first_far="direct", block_t="kernel", gram="fp16x3",
+                       zero_fill="gram")),
     # ... its parts summed by block_t_kernel as it reads them (twolevel.gram_sum block_t)
     case("gramsum", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256,

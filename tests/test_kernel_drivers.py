@@ -326,6 +326,25 @@ def test_the_first_far_update_s_own_tiles_give_the_strip_tiles_result(monkeypatc
     assert harness_check(A, H_tiled, tau_tiled) < 0.5
 
 
+@pytest.mark.parametrize("driver,n", [("twolevel", 70), ("coop", 64)])
+def test_zeros_written_by_the_gram_launch_give_the_same_bits(driver, n):
+    """twolevel.zero_fill gram: no fill launch before each outer block; the Gram product masks
+    V above the inner diagonals and writes the zeros the far update reads. The same H and tau,
+    bit for bit, as with the fill (n = 70: a ragged last block, which needs no zeros)."""
+    A = special_matrices(n, batch=2)
+    knobs = dict(driver=driver, panel=dict(width=16, unroll=4), strip=dict(bm=16, bn=16),
+                 coop=dict(programs=2, max_rows=32, exchange="spin"))
+    two = dict(outer=32, block_t="kernel", gram="fp16x3", gram_split_rows=32)
+    H, tau = DRIVERS[driver](A, route(**knobs, twolevel=two))
+    H_gram, tau_gram = DRIVERS[driver](A, route(**knobs, twolevel={**two, "zero_fill": "gram"}))
+    assert torch.equal(H_gram, H) and torch.equal(tau_gram, tau)
+
+
+def test_zeros_from_the_gram_launch_need_the_triton_gram():
+    with pytest.raises(ValueError, match="twolevel.zero_fill: got gram with twolevel.gram cublas;"):
+        route(driver="twolevel", panel=dict(width=16), twolevel=dict(zero_fill="gram"))
+
+
 def test_summing_gram_parts_in_block_t_needs_parts():
     with pytest.raises(ValueError, match="twolevel.gram_sum: got block_t with twolevel.gram_split_rows 0;"):
         route(driver="twolevel", panel=dict(width=16), twolevel=dict(block_t="kernel", gram="fp16x3",

@@ -131,6 +131,22 @@ def test_block_t_summing_the_gram_parts_gives_the_summed_gram_s_t(L, split_rows,
     assert torch.equal(summed[0, 3], torch.zeros(ob, device=DEVICE)), "the zero column's row of T"
 
 
+@pytest.mark.parametrize("L,split_rows", [(77, 0), (100, 32)])
+def test_the_gram_kernel_ignores_y_above_the_diagonal_and_zeroes_it(L, split_rows):
+    """TwoLevelKnobs.zero_fill gram: with garbage above each inner panel's diagonal, the Gram
+    product masks it (the same G as from the zeros) and leaves zeros there, for the far update."""
+    g = torch.Generator().manual_seed(L)
+    batch, ob, width = 2, 64, 16
+    Y = torch.randn(batch, L, ob, generator=g).to(DEVICE)
+    above = torch.arange(L, device=DEVICE)[:, None] < (torch.arange(ob, device=DEVICE) // width * width)[None, :]
+    Y[:, above] = 0.0
+    clean = gram_product(Y, width, "fp16x3", split_rows).clone()
+    Y[:, above] = 7.0
+    dirty = gram_product(Y, width, "fp16x3", split_rows, zero=True)
+    assert torch.equal(dirty, clean)
+    assert torch.equal(Y[:, above], torch.zeros_like(Y[:, above])), "the zeros were written"
+
+
 def upper_blocks(ob, width):
     """The mask of the blocks above the block diagonal (width x width blocks) of an ob x ob matrix."""
     blocks = torch.arange(ob) // width
