@@ -57,12 +57,14 @@ fi
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
 # champion's own code, so its ratio there is 1). Queued: the first far update on its own tiles
-# the Gram parts summed in the block T kernel, and the cooperative slots cleared in the kernel
-# (twentieth session, built, not measured; the ring has not run on a GPU: its twins first).
+# the Gram parts summed in the block T kernel, the cooperative slots cleared in the kernel, V's
+# zeros written by the Gram launch (twentieth session, built, not measured; the ring has not run
+# on a GPU: its twins first).
 AT_SMALL=""
 AT_512=""
-AT_1024="variants/champion-fartile.yaml"
-AT_2048_UP="variants/champion-fartile.yaml variants/champion-gramsum.yaml variants/champion-ring.yaml"
+AT_1024="variants/champion-fartile.yaml variants/champion-zerofill.yaml"
+AT_2048_UP="variants/champion-fartile.yaml variants/champion-gramsum.yaml variants/champion-ring.yaml
+variants/champion-zerofill.yaml"
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
@@ -86,7 +88,7 @@ check)
     bench coop 5,6 70 $AT_2048_UP
     # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "cleared_slots or coop-ring or 2l-direct or gramsum or warp_driver or coop-grouped or coop-spin or tsqr or (several_programs and spin)" \
+        -k "cleared_slots or coop-ring or 2l-direct or gramsum or zerofill or warp_driver or coop-grouped or coop-spin or tsqr or (several_programs and spin)" \
         2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     # Where the champion's 640x512 time goes, with the stall reasons (about 15 s): `bash $0 ncu` below.
     bash "$0" ncu variants/champion.yaml 3 > /dev/null 2>&1 && echo "ncu of the champion: in $OUT"
