@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The next GPU session's plan (docs/perf-log.md, "Next"), one stage per device call, each
 # well inside a 10-minute call. Run from the repository root on the GPU machine:
-#   bash tools/gpu_plan.sh check      # each experiment benched on the cases it touches (with geqrf and
-#                                     # concurrent unless BASELINES=), its GPU twins, and Nsight Compute
-#                                     # on the champion at 640x512 (~8 min)
+#   bash tools/gpu_plan.sh check      # the experiments' GPU twins, then each experiment benched on the
+#                                     # cases it touches (with geqrf and concurrent unless BASELINES=),
+#                                     # and Nsight Compute on the champion at 640x512 (~9 min cold)
 #   bash tools/gpu_plan.sh table      # the closing table: the champion, the previous champion
 #                                     # (.gpu/champion-prev.py, if built and carried) and the
 #                                     # baselines on all 12 cases (~8 min)
@@ -65,6 +65,8 @@ AT_512=""
 AT_1024="variants/champion-fartile.yaml variants/champion-zerofill.yaml"
 AT_2048_UP="variants/champion-fartile.yaml variants/champion-gramsum.yaml variants/champion-ring.yaml
 variants/champion-zerofill.yaml"
+# The queued experiments' GPU twins (pytest -k over test_gpu_kernels.py), run before their benches.
+EXPERIMENT_TWINS=(-k "cleared_slots or coop-ring or 2l-direct or gramsum or zerofill")
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
@@ -82,14 +84,14 @@ check)
             --cases "$cases" --budget "$budget" --target 0.003 --json "$OUT/bench-$name.json" 2>&1 \
             | tee "$OUT/bench-$name.txt" | tail -30
     }
+    # The experiments' own GPU twins first (by the driver cases' ids; the general list is
+    # `twins`): a cooperative experiment that hangs or fails shows here, before a bench waits on it.
+    timeout 240 python3 -m pytest -q -x -m gpu tests/test_gpu_kernels.py "${EXPERIMENT_TWINS[@]}" \
+        2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     bench small 0,1,2 40 $AT_SMALL
     bench 512 n=512 90 $AT_512
     bench large 4,8,11 60 $AT_1024
     bench coop 5,6 70 $AT_2048_UP
-    # The experiments' own GPU twins (by the driver cases' ids); the general list is `twins`.
-    timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "cleared_slots or coop-ring or 2l-direct or gramsum or zerofill or warp_driver or coop-grouped or coop-spin or tsqr or (several_programs and spin)" \
-        2>&1 | tee "$OUT/gpu-tests-experiments.txt" | tail -5
     # Where the champion's 640x512 time goes, with the stall reasons (about 15 s): `bash $0 ncu` below.
     bash "$0" ncu variants/champion.yaml 3 > /dev/null 2>&1 && echo "ncu of the champion: in $OUT"
     ;;
