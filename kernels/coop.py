@@ -21,6 +21,7 @@ import triton.language as tl
 from .launch import interpreted, pdl_launch, wait_for_previous
 from .panel import (approx_reciprocals, column_sums, grouped_reflect, grouped_sums, load_slice, reflect, row_slices,
                     store_v)
+from .plan import SLOT_EXCHANGES
 from .scratch import scratch
 
 
@@ -289,7 +290,8 @@ def coop_panel_kernel(
     first = 0
     if RESET:
         first = (NSLOTS - tl.load(count_ptr + pid) % NSLOTS) % NSLOTS
-        clear_own_words(part_ptr, pid, p, (first + NSLOTS - 1) % NSLOTS, tl.arange(0, BB), True, NC, BB, NSLOTS)
+        clear_own_words(part_ptr, pid, p, ring_slot(-1, first, NSLOTS, RESET), tl.arange(0, BB), True, NC, BB,
+                        NSLOTS)
     rows = p * BR + tl.arange(0, BR)
     cols = tl.arange(0, BB)
     P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
@@ -365,19 +367,19 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
     if broadcast == "shuffle" and exchange == "counter":
         raise ValueError("coop broadcast shuffle needs exchange slots or spin, got counter")
     reset = slot_reset == "kernel"
-    if reset and (exchange not in ("slots", "spin") or knobs.unroll == 0):
+    if reset and (exchange not in SLOT_EXCHANGES or knobs.unroll == 0):
         raise ValueError(f"coop slot_reset kernel needs exchange slots or spin and panel.unroll > 0, got "
                          f"exchange {exchange}, unroll {knobs.unroll}")
     if reset:
         parts, count = slot_ring(batch, BB, NC, dst.device)
-    elif exchange in ("slots", "spin"):
-        count = scratch("coop_count", (batch,), torch.int32, dst.device)
-        parts = scratch("coop_slots", (batch, BB, NC, 2 * BB), torch.float32, dst.device)
-        parts.view(torch.int32).fill_(SLOT_SENTINEL.value)
     else:
         count = scratch("coop_count", (batch,), torch.int32, dst.device)
-        parts = scratch("coop_parts", (batch, 2, NC, 2 * BB), torch.float32, dst.device)
-        count.zero_()
+        if exchange in SLOT_EXCHANGES:
+            parts = scratch("coop_slots", (batch, BB, NC, 2 * BB), torch.float32, dst.device)
+            fill_sentinel(parts)
+        else:
+            parts = scratch("coop_parts", (batch, 2, NC, 2 * BB), torch.float32, dst.device)
+            count.zero_()
     coop_panel_kernel[(NC, batch)](
         src, dst, tau, T if T is not None else tau, V, parts, count,
         n, L, bw, j * n + j, j, T.stride(0) if T is not None else 0, T.stride(1) if T is not None else 0,
@@ -389,13 +391,15 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
     )
 
 
+def fill_sentinel(slots: torch.Tensor):
+    """Every word of the exchange's fp32 slots set to SLOT_SENTINEL's bits: not yet written."""
+    slots.view(torch.int32).fill_(SLOT_SENTINEL.value)
+
+
 def slot_ring(batch: int, BB: int, NC: int, device):
     """coop_panel_kernel's ring for slot_reset kernel: (slots, launch counts), every word the
     sentinel when allocated. The counts are the ring's own (a ring's position follows its
     launches alone), so they are keyed by its shape."""
-    def all_sentinel(ring):
-        ring.view(torch.int32).fill_(SLOT_SENTINEL.value)
-
-    ring = scratch("coop_ring", (batch, BB + 1, NC, 2 * BB), torch.float32, device, init=all_sentinel)
+    ring = scratch("coop_ring", (batch, BB + 1, NC, 2 * BB), torch.float32, device, init=fill_sentinel)
     count = scratch(f"coop_ring_launches_{BB}_{NC}", (batch,), torch.int32, device, init=torch.Tensor.zero_)
     return ring, count

@@ -40,6 +40,8 @@ TWO_LEVEL_DRIVERS = ("twolevel", "coop")
 # How the cooperative panel's programs combine their rows: partial sums exchanged per reflector
 # (coop.py), or each slice factored alone and the R factors combined once a panel (tsqr.py).
 COOP_EXCHANGES = ("counter", "slots", "spin", "tsqr")
+# The exchanges through sentinel slots (coop.py), which CoopKnobs.slot_reset applies to.
+SLOT_EXCHANGES = ("slots", "spin")
 # CoopKnobs.slot_reset (coop.py): the slots/spin exchange's words set back to the sentinel by a
 # fill launch before each cooperative launch, or by the launches themselves (a ring of slots).
 SLOT_RESETS = ("host", "kernel")
@@ -480,7 +482,7 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
     if not value_problems(coop) and coop.broadcast == "shuffle" and coop.exchange == "counter":
         out.append((("coop", "broadcast"), "got shuffle with coop.exchange counter; allowed: shuffle with "
                     "exchange slots, spin or tsqr, or sum"))
-    if not value_problems(coop) and coop.slot_reset == "kernel" and coop.exchange not in ("slots", "spin"):
+    if not value_problems(coop) and coop.slot_reset == "kernel" and coop.exchange not in SLOT_EXCHANGES:
         out.append((("coop", "slot_reset"), f"got kernel with coop.exchange {coop.exchange}; allowed: kernel with "
                     "exchange slots or spin (the sentinel slots it clears), or host"))
     if (not value_problems(coop) and coop.slot_reset == "kernel" and not value_problems(panel)

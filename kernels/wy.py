@@ -168,9 +168,11 @@ def gram_parts(Y: torch.Tensor, width: int, gram: str, split_rows: int = 0, colu
     the others hold anything. Y above each inner panel's diagonal may hold anything; zero
     (TwoLevelKnobs.zero_fill gram): the launch writes zeros there."""
     batch, L, ob = Y.shape
-    G = scratch("gram", (batch, ob, ob), Y.dtype, Y.device)
     splits = triton.cdiv(L, split_rows) if split_rows else 1
-    parts = scratch("gram_parts", (batch, splits, ob, ob), Y.dtype, Y.device) if splits > 1 else G[:, None]
+    if splits > 1:
+        parts = scratch("gram_parts", (batch, splits, ob, ob), Y.dtype, Y.device)
+    else:  # one part: G itself, where gram_product sums several
+        parts = scratch("gram", (batch, ob, ob), Y.dtype, Y.device)[:, None]
     cw = min(columns, ob) if columns else ob
     gram_kernel[((ob // width) * (ob // cw), splits, batch)](
         Y, parts, L, split_rows if splits > 1 else L, Y.stride(0), Y.stride(1), parts.stride(0), parts.stride(1),

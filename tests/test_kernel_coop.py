@@ -7,7 +7,7 @@ import pytest
 import torch
 from kernel_helpers import route, sass_loop_lines, special_matrices
 
-from qrsub.kernels.coop import coop_panel, resident_programs, spin_width
+from qrsub.kernels.coop import SLOT_SENTINEL, coop_panel, resident_programs, spin_width
 from qrsub.kernels.naive import coop_panel_ref, panel_ref
 from qrsub.kernels.panel import shuffle_layout_holds
 from qrsub.kernels.plan import PanelKnobs
@@ -111,13 +111,10 @@ def test_programs_are_halved_until_all_are_resident(programs, batch, sms, used):
     assert resident_programs(programs, batch, sms) == used
 
 
-SENTINEL_BITS = 0x7FC0DEAD  # coop.SLOT_SENTINEL
-
-
 def dirty_slots(ring, batch_index=0):
     """The ring slots of one matrix holding any word that is not the sentinel."""
     words = ring[batch_index].view(torch.int32).reshape(ring.shape[1], -1)
-    return [s for s in range(ring.shape[1]) if bool((words[s] != SENTINEL_BITS).any())]
+    return [s for s in range(ring.shape[1]) if bool((words[s] != SLOT_SENTINEL.value).any())]
 
 
 @pytest.mark.parametrize("exchange", ["slots", "spin"])
