@@ -12,7 +12,7 @@ looked up again (it only takes room).
     python3 tools/gpu_cache.py unpack .gpu/triton-cache.tgz .gpu/triton-cache  # on the device, first
 
 and between the two calls, here: copy the returned triton-cache.tgz to .gpu/ and carry .gpu.
-tools/gpu_plan.sh does both ends when TRITON_CACHE_DIR is its default. pack keeps the newest
+tools/gpu_plan.sh does both ends, with its TRITON_CACHE_DIR. pack keeps the newest
 entries that fit under --max-mib compressed (the device returns files of at most 16 MiB);
 an entry is whole or absent, since Triton reads a folder's files together.
 """
@@ -88,7 +88,7 @@ def stop_on_sigterm(signum, frame):
 
 def main(argv=None):
     signal.signal(signal.SIGTERM, stop_on_sigterm)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pack", help="the cache's newest entries into one tar.gz (on the device, at the end)")
     p.add_argument("cache", type=Path)
