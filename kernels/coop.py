@@ -62,14 +62,15 @@ def unwritten(words):
 
 @triton.jit
 def ring_slot(k, first, NSLOTS: tl.constexpr, RESET: tl.constexpr):
-    """The slot reflector k exchanges through: k itself, or with RESET (CoopKnobs.slot_reset
-    kernel) the k-th of the ring of NSLOTS = BB + 1 slots from this launch's first (k = -1: the
+    """The slot reflector k exchanges through: the k-th from this launch's first, which is 0
+    with host fills and BB or 0 with CoopKnobs.slot_reset parity (this launch's set); with RESET
+    (slot_reset kernel) the k-th of the ring of NSLOTS = BB + 1 slots from first (k = -1: the
     slot before first)."""
     if RESET:
         slot = first + k  # first < NSLOTS and -1 <= k < NSLOTS: one wrap either way, no division
         return tl.where(slot >= NSLOTS, slot - NSLOTS, tl.where(slot < 0, slot + NSLOTS, slot))
     else:
-        return k
+        return first + k
 
 
 @triton.jit
@@ -82,6 +83,16 @@ def clear_own_words(slot_ptr, pid, p, slot, cols, when, NC: tl.constexpr, BB: tl
     keep = (cols >= 0) & when
     tl.store(mine + cols, sentinel, mask=keep)
     tl.store(mine + BB + cols, sentinel, mask=keep)
+
+
+@triton.jit
+def clear_own_set(slot_ptr, pid, p, start, NC: tl.constexpr, BB: tl.constexpr, NSLOTS: tl.constexpr):
+    """With CoopKnobs.slot_reset parity: this program's words of the BB slots from `start` (the
+    set the launch before used) back to SLOT_SENTINEL, in one store."""
+    PW: tl.constexpr = 2 * BB
+    slots = start + tl.arange(0, BB)
+    mine = slot_ptr + ((pid * NSLOTS + slots[:, None]) * NC + p) * PW + tl.arange(0, PW)[None, :]
+    tl.store(mine, tl.full((BB, PW), SLOT_SENTINEL, tl.int32).to(tl.float32, bitcast=True))
 
 
 @triton.jit
@@ -258,6 +269,7 @@ def coop_panel_kernel(
     NC: tl.constexpr, BR: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, FULL: tl.constexpr,
     EXCHANGE: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr, SHUFFLE: tl.constexpr,
     SPIN: tl.constexpr, PDL: tl.constexpr, APPROX: tl.constexpr, NSLOTS: tl.constexpr, RESET: tl.constexpr,
+    PARITY: tl.constexpr,
 ):
     """Grid: (NC, batch). Program (p, i) owns panel rows [p*BR, (p+1)*BR) of matrix i.
 
@@ -283,6 +295,13 @@ def coop_panel_kernel(
     other slot is cleared inside the launch that used it (clear_previous_slot). The ring is
     all SLOT_SENTINEL when first allocated. Program 0 counts the launch once its last exchange
     is done: every program has read the count by then (each wrote its last slot after).
+
+    PARITY (CoopKnobs.slot_reset parity): part_ptr holds two sets of BB slots a matrix (NSLOTS =
+    2 * BB) and count_ptr counts matrix i's launches. Launch t exchanges through set t mod 2 and
+    first sets its own words of the other set, which launch t - 1 used and left written, back to
+    the sentinel (clear_own_set): launch t - 1 has ended, and launch t + 1 finds them clean. No
+    clearing inside the reflector loop. Both sets are all SLOT_SENTINEL when first allocated, and
+    program 0 counts the launch as with RESET.
     """
     wait_for_previous(PDL)
     p = tl.program_id(0)
@@ -292,6 +311,9 @@ def coop_panel_kernel(
         first = (NSLOTS - tl.load(count_ptr + pid) % NSLOTS) % NSLOTS
         clear_own_words(part_ptr, pid, p, ring_slot(-1, first, NSLOTS, RESET), tl.arange(0, BB), True, NC, BB,
                         NSLOTS)
+    if PARITY:
+        first = (tl.load(count_ptr + pid) % 2) * BB
+        clear_own_set(part_ptr, pid, p, BB - first, NC, BB, NSLOTS)
     rows = p * BR + tl.arange(0, BR)
     cols = tl.arange(0, BB)
     P, offs, in_panel, T, taus = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, FULL)
@@ -308,7 +330,7 @@ def coop_panel_kernel(
     if p == 0:  # rows as a constant range (p * BR is zero here), so its masks fold as the panel's do
         P, T, taus = coop_reflectors(P, T, taus, first_rows, loop_cols, bw, part_ptr, count_ptr, pid, p, first, NC,
                                      BB, EXCHANGE, UNROLL, False, GROUPED, SHUFFLE, SPIN, APPROX, NSLOTS, RESET)
-        if RESET:
+        if RESET or PARITY:
             tl.atomic_add(count_ptr + pid, 1)
     else:
         P, T, taus = coop_reflectors(P, T, taus, slice_rows, loop_cols, bw, part_ptr, count_ptr, pid, p, first, NC,
@@ -356,7 +378,8 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
     per reflector by CoopKnobs.exchange ("counter", "slots" or "spin"). `knobs` (PanelKnobs) gives
     num_warps by the rows one program holds, and unroll. broadcast (CoopKnobs.broadcast) shuffle
     holds each slice as column groups where panel.shuffle_layout_holds (exchange slots or spin).
-    slot_reset (CoopKnobs.slot_reset) kernel: the slots as coop_panel_kernel's ring, no fill."""
+    slot_reset (CoopKnobs.slot_reset) kernel: the slots as coop_panel_kernel's ring, no fill;
+    parity: two sets of slots, each launch clearing the one the launch before used, no fill."""
     batch, n, _ = dst.shape
     L = n - j
     NC = coop_programs_allowed(programs, batch, dst.device)
@@ -366,12 +389,15 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
                            f"this is Triton {triton.__version__}: use exchange slots")
     if broadcast == "shuffle" and exchange == "counter":
         raise ValueError("coop broadcast shuffle needs exchange slots or spin, got counter")
-    reset = slot_reset == "kernel"
+    reset, parity = slot_reset == "kernel", slot_reset == "parity"
     if reset and (exchange not in SLOT_EXCHANGES or knobs.unroll == 0):
         raise ValueError(f"coop slot_reset kernel needs exchange slots or spin and panel.unroll > 0, got "
                          f"exchange {exchange}, unroll {knobs.unroll}")
-    if reset:
-        parts, count = slot_ring(batch, BB, NC, dst.device)
+    if parity and exchange not in SLOT_EXCHANGES:
+        raise ValueError(f"coop slot_reset parity needs exchange slots or spin, got exchange {exchange}")
+    nslots = BB + 1 if reset else 2 * BB if parity else BB
+    if reset or parity:
+        parts, count = slot_ring(batch, BB, NC, dst.device, slot_reset)
     else:
         count = scratch("coop_count", (batch,), torch.int32, dst.device)
         if exchange in SLOT_EXCHANGES:
@@ -386,7 +412,7 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
         j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, EXCHANGE=exchange, UNROLL=knobs.unroll,
         GROUPED=grouped, SHUFFLE=grouped and not interpreted(), SPIN=spin_width(),
-        APPROX=approx_reciprocals(knobs.reciprocal), NSLOTS=BB + 1 if reset else BB, RESET=reset,
+        APPROX=approx_reciprocals(knobs.reciprocal), NSLOTS=nslots, RESET=reset, PARITY=parity,
         num_warps=num_warps, **pdl_launch(),
     )
 
@@ -396,10 +422,12 @@ def fill_sentinel(slots: torch.Tensor):
     slots.view(torch.int32).fill_(SLOT_SENTINEL.value)
 
 
-def slot_ring(batch: int, BB: int, NC: int, device):
-    """coop_panel_kernel's ring for slot_reset kernel: (slots, launch counts), every word the
-    sentinel when allocated. The counts are the ring's own (a ring's position follows its
-    launches alone), so they are keyed by its shape."""
-    ring = scratch("coop_ring", (batch, BB + 1, NC, 2 * BB), torch.float32, device, init=fill_sentinel)
-    count = scratch(f"coop_ring_launches_{BB}_{NC}", (batch,), torch.int32, device, init=torch.Tensor.zero_)
+def slot_ring(batch: int, BB: int, NC: int, device, slot_reset: str = "kernel"):
+    """coop_panel_kernel's slots for slot_reset kernel (a ring of BB + 1) or parity (two sets of
+    BB): (slots, launch counts), every word the sentinel when allocated. The counts are the
+    slots' own (their position follows their launches alone), so they are keyed by the shape."""
+    nslots = BB + 1 if slot_reset == "kernel" else 2 * BB
+    ring = scratch(f"coop_{slot_reset}_slots", (batch, nslots, NC, 2 * BB), torch.float32, device,
+                   init=fill_sentinel)
+    count = scratch(f"coop_{slot_reset}_launches_{BB}_{NC}", (batch,), torch.int32, device, init=torch.Tensor.zero_)
     return ring, count

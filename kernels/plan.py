@@ -43,8 +43,9 @@ COOP_EXCHANGES = ("counter", "slots", "spin", "tsqr")
 # The exchanges through sentinel slots (coop.py), which CoopKnobs.slot_reset applies to.
 SLOT_EXCHANGES = ("slots", "spin")
 # CoopKnobs.slot_reset (coop.py): the slots/spin exchange's words set back to the sentinel by a
-# fill launch before each cooperative launch, or by the launches themselves (a ring of slots).
-SLOT_RESETS = ("host", "kernel")
+# fill launch before each cooperative launch, or by the launches themselves (a ring of slots
+# cleared in the reflector loop, or two sets, each cleared by the launch after the one using it).
+SLOT_RESETS = ("host", "kernel", "parity")
 # TwoLevelKnobs.block_t (wy.py): a block's T by torch products, or by one Triton launch.
 BLOCK_T = ("merge", "kernel")
 # TwoLevelKnobs.gram (wy.py): the block's Y^T Y through cuBLAS in fp32, or on tensor cores.
@@ -348,7 +349,9 @@ class CoopKnobs:
                                                       "words back to the sentinel: host (a fill launch before "
                                                       "each cooperative launch) or kernel (each launch clears "
                                                       "a reflector's slot once every program has read it, in a "
-                                                      "ring of panel.width + 1 slots: no fill launch)")
+                                                      "ring of panel.width + 1 slots: no fill launch) or "
+                                                      "parity (two sets of slots, launches alternating; each "
+                                                      "clears the other set at its start: no fill launch)")
 
 
 @dataclass(frozen=True)
@@ -482,9 +485,9 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
     if not value_problems(coop) and coop.broadcast == "shuffle" and coop.exchange == "counter":
         out.append((("coop", "broadcast"), "got shuffle with coop.exchange counter; allowed: shuffle with "
                     "exchange slots, spin or tsqr, or sum"))
-    if not value_problems(coop) and coop.slot_reset == "kernel" and coop.exchange not in SLOT_EXCHANGES:
-        out.append((("coop", "slot_reset"), f"got kernel with coop.exchange {coop.exchange}; allowed: kernel with "
-                    "exchange slots or spin (the sentinel slots it clears), or host"))
+    if not value_problems(coop) and coop.slot_reset != "host" and coop.exchange not in SLOT_EXCHANGES:
+        out.append((("coop", "slot_reset"), f"got {coop.slot_reset} with coop.exchange {coop.exchange}; allowed: "
+                    f"{coop.slot_reset} with exchange slots or spin (the sentinel slots it clears), or host"))
     if (not value_problems(coop) and coop.slot_reset == "kernel" and not value_problems(panel)
             and panel.unroll == 0):
         out.append((("coop", "slot_reset"), "got kernel with panel.unroll 0; allowed: kernel with panel.unroll "

@@ -47,10 +47,11 @@ def test_cooperative_panel_with_several_programs(programs, exchange, broadcast, 
 @pytest.mark.parametrize("exchange,broadcast", [("spin", "shuffle"), ("slots", "sum")])
 @pytest.mark.parametrize("programs", [2, 4, 8])
 def test_kernel_cleared_slots_over_many_launches(programs, exchange, broadcast):
-    """coop.slot_reset kernel with programs that really wait on each other: 40 launches in a row
+    """coop.slot_reset kernel and parity with programs that really wait on each other: 40 launches in a row
     on the same ring (panels of 16 at j = 0, 16, ..., each twice the ring's length and more, so
     that every slot is the one a launch skips several times), each against the host-filled
-    slots' factors, and the ring left with one written slot after each."""
+    slots' factors, the ring left with one written slot after each, the parity sets with only the
+    last launch's set written."""
     from qrsub.kernels.coop import SLOT_SENTINEL, slot_ring
 
     n, bw, batch = 1600, 16, 2
@@ -65,11 +66,16 @@ def test_kernel_cleared_slots_over_many_launches(programs, exchange, broadcast):
             coop_panel(A, dst, tau, T, V, j, bw, programs=programs, exchange=exchange, broadcast=broadcast,
                        knobs=knobs, slot_reset=reset)
             outs[reset] = (dst, tau, T)
-        for got, want in zip(outs["kernel"], outs["host"]):
-            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        for reset in ("kernel", "parity"):
+            for got, want in zip(outs[reset], outs["host"]):
+                torch.testing.assert_close(got, want, rtol=0, atol=0)
         ring, _ = slot_ring(batch, bw, programs, A.device)
         written = (ring.view(torch.int32) != SLOT_SENTINEL.value).reshape(batch, bw + 1, -1).any(dim=2)
         assert written.sum(dim=1).tolist() == [1] * batch, f"launch {launch}: one written slot a matrix"
+        sets, count = slot_ring(batch, bw, programs, A.device, "parity")
+        written = (sets.view(torch.int32) != SLOT_SENTINEL.value).reshape(batch, 2, bw, -1).any(dim=3)
+        own = int(count[0] - 1) % 2
+        assert written[:, own].all() and not written[:, 1 - own].any(), f"launch {launch}: only its own set"
 
 
 @pytest.mark.parametrize("broadcast,bw", [("sum", 32), ("shuffle", 16), ("shuffle", 32)])
@@ -207,6 +213,20 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
          twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel", gram="fp16x3", gram_split_rows=256,
                        gram_sum="block_t"),
          coop=SLOTS4),
+    # two sets of slots, each launch clearing the other's (coop.slot_reset parity), unrolled or not
+    case("coop-parity", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
+         coop=dict(SLOTS4, exchange="spin", broadcast="shuffle", slot_reset="parity")),
+    case("coop-parity-loop", "coop", 2100, panel=dict(TALL16, unroll=0), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", block_t="kernel"),
+         coop=dict(SLOTS4, exchange="slots", slot_reset="parity")),
+    # the four launch knobs of s20 together: first far tiles, Gram sums in block T, zeros from
+    # the Gram launch, the slot ring
+    case("coop-four-launch-knobs", "coop", 2100, panel=dict(TALL16, unroll=4), strip=dict(bm=64, bn=32, split_rows=256),
+         twolevel=dict(FAR_TF32, far_tcontract="fp32", first_far="direct", block_t="kernel", gram="fp16x3",
+                       gram_split_rows=256, gram_sum="block_t", zero_fill="gram", first_far_bm=32,
+                       first_far_bn=64, first_far_stages=2),
+         coop=dict(SLOTS4, exchange="spin", broadcast="shuffle", slot_reset="kernel")),
 ])
 @pytest.mark.parametrize("prec", ["fp16x3", "tf32x3"])
 def test_drivers_pass_the_gate_on_gpu(driver, n, knobs, prec):

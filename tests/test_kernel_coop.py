@@ -83,8 +83,9 @@ UNROLL = 4
     (4, 512, 16, 4, False, False, 90, False), (2, 64, 16, 1, True, True, 90, False),
     # the champion's giant and huge panels compiled for the B200 (sm_100): no GPU here has run them
     (4, 1024, 16, 8, True, True, 100, False), (4, 512, 16, 4, True, True, 100, False),
-    # ... and with the slots cleared by the kernel (coop.slot_reset kernel: the ring's slots)
-    (4, 1024, 16, 8, True, True, 90, True), (4, 512, 16, 4, True, True, 90, True)])
+    # ... and with the slots cleared by the kernel (coop.slot_reset kernel: the ring's slots; parity)
+    (4, 1024, 16, 8, True, True, 90, "kernel"), (4, 512, 16, 4, True, True, 90, "kernel"),
+    (4, 1024, 16, 8, True, True, 90, "parity"), (4, 512, 16, 4, True, True, 90, "parity")])
 def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, width, warps, grouped, full, arch,
                                                                 reset, monkeypatch):
     """coop.exchange spin: the PTX loop (settled_sums_ptx) takes spin_width values a thread. The
@@ -98,7 +99,8 @@ def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, 
     monkeypatch.setattr("qrsub.kernels.coop.interpreted", lambda: False)
     pack = spin_width()
     consts = dict(NC=programs, BR=rows, BB=width, WRITE_T=True, FULL=full, EXCHANGE="spin", UNROLL=UNROLL,
-                  GROUPED=grouped, SHUFFLE=grouped, SPIN=pack, PDL=False, RESET=reset)
+                  GROUPED=grouped, SHUFFLE=grouped, SPIN=pack, PDL=False, RESET=reset == "kernel",
+                  PARITY=reset == "parity")
     lines = sass_loop_lines("--asm-loops", "--arch", str(arch), "--warps", str(warps), "--kernel", "coop.coop_panel_kernel",
                             "--int-ptr", "count_ptr", *(f"--const={k}={v}" for k, v in consts.items()))
     loops = [line for line in lines if line.startswith("asm loop:")]
@@ -146,6 +148,36 @@ def test_kernel_cleared_slots_give_the_host_filled_slots_factors(exchange):
     torch.testing.assert_close(outputs["kernel"][1], outputs["host"][1])
 
 
+@pytest.mark.parametrize("exchange,unroll", [("spin", 4), ("slots", 0)])
+def test_parity_sets_give_the_host_filled_slots_factors(exchange, unroll):
+    """coop.slot_reset parity: two sets of BB slots, no fill launch. Five launches in a row (a
+    narrow last panel among them, which the ring refuses without unroll; unrolled loops walk all
+    BB slots): each leaves only its own set written, having cleared the set the launch before used, and counts itself; the
+    factors are the host-filled slots' (one program a matrix in the interpreter)."""
+    from qrsub.kernels.coop import slot_ring
+
+    n, bw = 80, 16
+    A = special_matrices(n, batch=3)
+    sets, count = slot_ring(A.shape[0], bw, 1, A.device, "parity")
+    start = int(count[0])
+    outputs = {}
+    for reset in ("host", "parity"):
+        dst, tau = A.clone(), torch.zeros(A.shape[0], n)
+        T, V = torch.zeros(A.shape[0], bw, bw), torch.zeros(A.shape[0], n, bw)
+        for launch, j in enumerate(range(0, n, bw)):
+            width = min(bw, n - j - 3) if j + bw >= n else bw  # the last panel 13 wide
+            coop_panel(dst if j else A, dst, tau, T, V, j, width, programs=4, exchange=exchange,
+                       knobs=PanelKnobs(num_warps=4, unroll=unroll), slot_reset=reset)
+            if reset == "parity":
+                t = start + launch
+                used = range((t % 2) * bw, (t % 2) * bw + (bw if unroll else width))  # unrolled: all BB
+                assert dirty_slots(sets) == list(used), f"launch {launch}: only its own set's slots are written"
+                assert int(count[0]) == t + 1
+        outputs[reset] = dst, tau
+    torch.testing.assert_close(outputs["parity"][0], outputs["host"][0])
+    torch.testing.assert_close(outputs["parity"][1], outputs["host"][1])
+
+
 def test_kernel_cleared_slots_need_sentinel_slots_and_an_unrolled_loop():
     A = special_matrices(48)
 
@@ -165,5 +197,9 @@ def test_a_route_clears_slots_in_the_kernel_only_where_they_exist():
     route(driver="coop", panel=dict(width=16, unroll=4), twolevel=dict(outer=128), coop=coop)
     with pytest.raises(ValueError, match="coop.slot_reset: got kernel with coop.exchange counter;"):
         route(driver="coop", panel=dict(width=16, unroll=4), coop={**coop, "exchange": "counter"})
+    parity = {**coop, "slot_reset": "parity"}
+    route(driver="coop", panel=dict(width=16, unroll=0), coop=parity)  # parity needs no unrolled loop
+    with pytest.raises(ValueError, match="coop.slot_reset: got parity with coop.exchange counter;"):
+        route(driver="coop", panel=dict(width=16, unroll=4), coop={**parity, "exchange": "counter"})
     with pytest.raises(ValueError, match="coop.slot_reset: got kernel with panel.unroll 0;"):
         route(driver="coop", panel=dict(width=16, unroll=0), coop=coop)

@@ -340,6 +340,24 @@ def test_zeros_written_by_the_gram_launch_give_the_same_bits(driver, n):
     assert torch.equal(H_gram, H) and torch.equal(tau_gram, tau)
 
 
+def test_the_four_launch_experiments_together_match_the_route_without_them():
+    """The twentieth session's four launch knobs at once on the cooperative driver: the first far update on its own
+    tiles, the Gram parts summed in block T, V's zeros from the Gram launch and the slot ring.
+    Each is tested alone above; here they share one call's buffers and launches."""
+    A = special_matrices(64, batch=2)
+    knobs = dict(driver="coop", panel=dict(width=16, unroll=4), strip=dict(bm=16, bn=16))
+    two = dict(outer=32, block_t="kernel", gram="fp16x3", gram_split_rows=32, first_far="direct")
+    coop = dict(programs=2, max_rows=32, exchange="spin")
+    H, tau = DRIVERS["coop"](A, route(**knobs, twolevel=two, coop=coop))
+    together = dict(two, zero_fill="gram", gram_sum="block_t", first_far_bm=16, first_far_bn=32,
+                    first_far_stages=2)
+    H_all, tau_all = DRIVERS["coop"](A, route(**knobs, twolevel=together,
+                                              coop=dict(coop, slot_reset="kernel")))
+    torch.testing.assert_close(H_all, H, atol=1e-5, rtol=1e-4)  # the parts are summed in another order
+    torch.testing.assert_close(tau_all, tau, atol=1e-5, rtol=1e-4)
+    assert harness_check(A, H_all, tau_all) < 0.5
+
+
 def test_zeros_from_the_gram_launch_need_the_triton_gram():
     with pytest.raises(ValueError, match="twolevel.zero_fill: got gram with twolevel.gram cublas;"):
         route(driver="twolevel", panel=dict(width=16), twolevel=dict(zero_fill="gram"))

@@ -56,17 +56,14 @@ fi
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1). Queued: the first far update on its own tiles
-# the Gram parts summed in the block T kernel, the cooperative slots cleared in the kernel, V's
-# zeros written by the Gram launch (twentieth session, built, not measured; the ring has not run
-# on a GPU: its twins first).
+# champion's own code, so its ratio there is 1). None queued: the twentieth session's four
+# were measured in the twenty-first (docs/perf-log.md).
 AT_SMALL=""
 AT_512=""
-AT_1024="variants/champion-fartile.yaml variants/champion-zerofill.yaml"
-AT_2048_UP="variants/champion-fartile.yaml variants/champion-gramsum.yaml variants/champion-ring.yaml
-variants/champion-zerofill.yaml"
+AT_1024=""
+AT_2048_UP=""
 # The queued experiments' GPU twins (pytest -k over test_gpu_kernels.py), run before their benches.
-EXPERIMENT_TWINS=(-k "cleared_slots or coop-ring or 2l-direct or gramsum or zerofill")
+EXPERIMENT_TWINS=(-k "zerofill")
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's two baselines, beside the experiments: the starter and the opt-in concurrent graphs.
@@ -105,7 +102,7 @@ coop)
     # The cooperative panel's GPU twins first (a hang ends at the timeout), then the bench of
     # the n >= 2048 experiments on 8x2048 and 2x4096.
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py \
-        -k "(several_programs and (spin or shuffle)) or coop-grouped or coop-spin" \
+        -k "(several_programs and (spin or shuffle)) or coop-grouped or coop-spin or coop-parity or cleared_slots" \
         2>&1 | tee "$OUT/gpu-tests-coop.txt" | tail -5
     timeout 200 python3 -m qrsub bench variants/champion.yaml $AT_2048_UP --cases 5,6 --budget 60 \
         --target 0.003 --json "$OUT/bench-coop.json" 2>&1 | tee "$OUT/bench-coop.txt" | tail -25
