@@ -85,7 +85,8 @@ UNROLL = 4
     (4, 1024, 16, 8, True, True, 100, False), (4, 512, 16, 4, True, True, 100, False),
     # ... and with the slots cleared by the kernel (coop.slot_reset kernel: the ring's slots; parity)
     (4, 1024, 16, 8, True, True, 90, "kernel"), (4, 512, 16, 4, True, True, 90, "kernel"),
-    (4, 1024, 16, 8, True, True, 90, "parity"), (4, 512, 16, 4, True, True, 90, "parity")])
+    (4, 1024, 16, 8, True, True, 90, "parity"), (4, 512, 16, 4, True, True, 90, "parity"),
+    (4, 1024, 16, 8, True, True, 100, "parity")])  # champion-b200-shuffle's giant route
 def test_spin_polls_once_a_reflector_with_every_operand_defined(programs, rows, width, warps, grouped, full, arch,
                                                                 reset, monkeypatch):
     """coop.exchange spin: the PTX loop (settled_sums_ptx) takes spin_width values a thread. The
