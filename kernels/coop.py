@@ -395,13 +395,12 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
                          f"exchange {exchange}, unroll {knobs.unroll}")
     if parity and exchange not in SLOT_EXCHANGES:
         raise ValueError(f"coop slot_reset parity needs exchange slots or spin, got exchange {exchange}")
-    nslots = BB + 1 if reset else 2 * BB if parity else BB
     if reset or parity:
         parts, count = slot_ring(batch, BB, NC, dst.device, slot_reset)
     else:
         count = scratch("coop_count", (batch,), torch.int32, dst.device)
         if exchange in SLOT_EXCHANGES:
-            parts = scratch("coop_slots", (batch, BB, NC, 2 * BB), torch.float32, dst.device)
+            parts = scratch("coop_slots", (batch, slots_a_matrix(BB, "host"), NC, 2 * BB), torch.float32, dst.device)
             fill_sentinel(parts)
         else:
             parts = scratch("coop_parts", (batch, 2, NC, 2 * BB), torch.float32, dst.device)
@@ -412,7 +411,8 @@ def coop_panel(src, dst, tau, T, V, j, bw, *, programs, exchange, knobs, broadca
         j if v_row_off is None else v_row_off, v_col_off, V.shape[2],
         NC=NC, BR=BR, BB=BB, WRITE_T=T is not None, FULL=bw == BB, EXCHANGE=exchange, UNROLL=knobs.unroll,
         GROUPED=grouped, SHUFFLE=grouped and not interpreted(), SPIN=spin_width(),
-        APPROX=approx_reciprocals(knobs.reciprocal), NSLOTS=nslots, RESET=reset, PARITY=parity,
+        APPROX=approx_reciprocals(knobs.reciprocal), NSLOTS=slots_a_matrix(BB, slot_reset), RESET=reset,
+        PARITY=parity,
         num_warps=num_warps, **pdl_launch(),
     )
 
@@ -422,12 +422,17 @@ def fill_sentinel(slots: torch.Tensor):
     slots.view(torch.int32).fill_(SLOT_SENTINEL.value)
 
 
+def slots_a_matrix(BB: int, slot_reset: str) -> int:
+    """The exchange's slots a matrix by CoopKnobs.slot_reset: one a reflector with host fills, a
+    ring of BB + 1 (kernel), two sets of BB (parity)."""
+    return {"host": BB, "kernel": BB + 1, "parity": 2 * BB}[slot_reset]
+
+
 def slot_ring(batch: int, BB: int, NC: int, device, slot_reset: str = "kernel"):
     """coop_panel_kernel's slots for slot_reset kernel (a ring of BB + 1) or parity (two sets of
     BB): (slots, launch counts), every word the sentinel when allocated. The counts are the
     slots' own (their position follows their launches alone), so they are keyed by the shape."""
-    nslots = BB + 1 if slot_reset == "kernel" else 2 * BB
-    ring = scratch(f"coop_{slot_reset}_slots", (batch, nslots, NC, 2 * BB), torch.float32, device,
-                   init=fill_sentinel)
+    shape = (batch, slots_a_matrix(BB, slot_reset), NC, 2 * BB)
+    ring = scratch(f"coop_{slot_reset}_slots", shape, torch.float32, device, init=fill_sentinel)
     count = scratch(f"coop_{slot_reset}_launches_{BB}_{NC}", (batch,), torch.int32, device, init=torch.Tensor.zero_)
     return ring, count
