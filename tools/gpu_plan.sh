@@ -7,6 +7,7 @@
 #   bash tools/gpu_plan.sh table      # the closing table: the champion, the previous champion
 #                                     # (.gpu/champion-prev.py, if built and carried) and the
 #                                     # baselines on all 12 cases (~8 min)
+#   GPU_PLAN_CARD=H200 bash tools/gpu_plan.sh table   # any stage, on an H200 only (else it stops at once)
 #   bash tools/gpu_plan.sh coop       # the cooperative panel's experiments: twins, bench at n >= 2048 (~5 min)
 #   bash tools/gpu_plan.sh twins      # the general list of GPU twins (~5 min)
 #   bash tools/gpu_plan.sh ncu V CASE  # Nsight Compute's counters for the first panel and strip
@@ -33,6 +34,15 @@ ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/
 esac
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
+# GPU_PLAN_CARD=H200 (any part of nvidia-smi's name): on another card the stage stops at once,
+# before it installs or compiles anything, so that a machine of the wrong kind costs only its start.
+if [ -n "${GPU_PLAN_CARD:-}" ]; then
+    card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+    case "$card" in
+    *"$GPU_PLAN_CARD"*) ;;
+    *) echo "gpu_plan: this machine's card is '${card:-none}', not $GPU_PLAN_CARD (GPU_PLAN_CARD): nothing run"; exit 0 ;;
+    esac
+fi
 # `import qrsub` alone succeeds in the checkout (its qrsub/ folder), installed or not: the
 # kernels package only exists under qrsub once installed.
 if ! python3 -c "import qrsub.kernels" 2>/dev/null; then

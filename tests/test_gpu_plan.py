@@ -1,0 +1,45 @@
+"""tools/gpu_plan.sh's card guard: GPU_PLAN_CARD stops a stage on any other card before it
+installs or compiles anything (a device call that gets the wrong machine costs only its start)."""
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "tools" / "gpu_plan.sh"
+
+
+def fake_nvidia_smi(bin_dir: Path, card: str) -> None:
+    """An nvidia-smi on PATH that names CARD, as `--query-gpu=name --format=csv,noheader` would."""
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\necho '{card}'\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+
+
+def run_plan(tmp_path: Path, card_wanted: str, bin_dir: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GPU_PLAN_CARD=card_wanted, OUT=str(tmp_path / "out"),
+               PATH=f"{bin_dir}:{os.environ['PATH']}")
+    return subprocess.run(["bash", str(PLAN), "table"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_another_card_stops_the_stage_before_anything_runs(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_nvidia_smi(bin_dir, "NVIDIA H100 80GB HBM3")
+    done = run_plan(tmp_path, "H200", bin_dir)
+    assert done.returncode == 0, done.stderr
+    assert "'NVIDIA H100 80GB HBM3', not H200" in done.stdout
+    # Nothing benched, installed or packed: the output folder holds no file.
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_failing_nvidia_smi_reads_as_no_card(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    done = run_plan(tmp_path, "H200", bin_dir)
+    assert done.returncode == 0, done.stderr
+    assert "'none', not H200" in done.stdout
