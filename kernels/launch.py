@@ -59,3 +59,9 @@ def pdl_launch() -> dict:
     """A launch's keyword arguments for programmatic dependent launch: the kernels' PDL
     constant and, when it is on, Triton's launch option."""
     return {"PDL": True, "launch_pdl": True} if _DEPENDENT else {"PDL": False}
+
+
+def register_cap(max_registers: int) -> dict:
+    """The launch option that caps a kernel's registers per thread (PanelKnobs.max_registers,
+    StripKnobs.max_registers), or none where the knob leaves it to the compiler."""
+    return {"maxnreg": max_registers} if max_registers else {}

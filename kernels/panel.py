@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
-from .launch import interpreted, pdl_launch, wait_for_previous
+from .launch import interpreted, pdl_launch, register_cap, wait_for_previous
 from .precision import dot_prec, pack_fp16_parts
 from .relocate import moved, relocation_args
 
@@ -768,9 +768,3 @@ def householder_panel(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_o
     args, constants, options = panel_launch(src, dst, tau, T, V, j, bw, knobs=knobs, v_col_off=v_col_off,
                                             v_row_off=v_row_off, pending=pending, v_parts=v_parts)
     householder_panel_kernel[(dst.shape[0],)](**args, **constants, **options, **pdl_launch())
-
-
-def register_cap(max_registers: int) -> dict:
-    """The launch option that caps a kernel's registers per thread (PanelKnobs.max_registers),
-    or none where the knob leaves it to the compiler."""
-    return {"maxnreg": max_registers} if max_registers else {}

@@ -262,6 +262,11 @@ class StripKnobs:
                                         "stores V as its fp16x3 parts (both in one 32-bit word), which "
                                         "the fused pass and the rank update load as they are instead of "
                                         "splitting each V tile again (the same bits)")
+    max_registers: int = knob(0, IntRange(0, 255), "with fuse_next: registers per thread the fused pass may use "
+                                                   "(ptxas maxnreg; it spills the rest), so that more programs "
+                                                   "share an SM (the mid route's pass, 4 warps: 162 registers "
+                                                   "and 60 KB of shared memory at 4 stages fit three; 128 and "
+                                                   "48 KB at 3 stages fit four); 0: the compiler's choice")
 
 
 @dataclass(frozen=True)
@@ -462,6 +467,9 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
     if not value_problems(panel) and not value_problems(strip) and panel.apply_pending and not strip.fuse_next:
         out.append((("panel", "apply_pending"), "got true with strip.fuse_next false; allowed: true with "
                     "strip.fuse_next true (the pending update is the fused pass's)"))
+    if not value_problems(strip) and strip.max_registers and not strip.fuse_next:
+        out.append((("strip", "max_registers"), f"got {strip.max_registers} with strip.fuse_next false; allowed: "
+                    "0, or a cap with strip.fuse_next true (only the fused pass takes it)"))
     if not value_problems(strip) and strip.tail_update and not strip.fuse_next:
         out.append((("strip", "tail_update"), "got true with strip.fuse_next false; allowed: true with "
                     "strip.fuse_next true (the tail follows the fused pass's projection)"))

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .plan import MIN_DOT_WIDTH
-from .launch import pdl_launch, wait_for_previous
+from .launch import pdl_launch, register_cap, wait_for_previous
 from .precision import dot_a_parts, dot_prec, unpack_fp16_parts
 from .relocate import moved, relocation_args
 from .scratch import scratch
@@ -377,4 +377,4 @@ def fused_strip(src, dst, Va, Vb, W, Tb, row0, col0, next_row, *, strip, precisi
         NUM_STAGES=strip.num_stages, PROJECT=precision.project, TCONTRACT=precision.tcontract,
         APPLY=precision.apply, APPLY_PREV=Va is not None, LATE_WAIT=late_wait, TAIL=tail_cols > 0, V_PARTS=v_parts,
         **slots,
-        num_warps=strip.num_warps, **pdl_launch())
+        num_warps=strip.num_warps, **register_cap(strip.max_registers), **pdl_launch())

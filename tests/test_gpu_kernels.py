@@ -135,6 +135,7 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("panelregs", "blocked", 520, panel=dict(SHUFFLE32, max_registers=168), strip=dict(bm=16, bn=64)),
     # ... only on panels of at most 256 padded rows (no spill there: champion-shortregs)
     case("shortregs", "blocked", 520, panel=dict(SHUFFLE32, max_registers=((256, 168), (None, 0))), strip=FUSED),
+    case("stripregs", "blocked", 520, panel=SHUFFLE32, strip=dict(FUSED, num_warps=4, max_registers=128)),
     # the reflectors' reciprocals by rcp.approx (panel.reciprocal approx, the champion's): the grouped
     # panel with the fused strip, the summing panel in two row tiles, the split panel, two-level
     case("rcp", "blocked", 520, panel=dict(SHUFFLE32, reciprocal="approx"), strip=FUSED),

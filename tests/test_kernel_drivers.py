@@ -119,6 +119,32 @@ def test_tail_update_launches_no_rank_update(monkeypatch):
     assert len(calls) == 2
 
 
+def test_a_strip_register_cap_reaches_only_the_fused_pass_s_launch(monkeypatch):
+    """strip.max_registers: every fused pass launches with maxnreg, and nothing else changes (the
+    interpreter takes the option and ignores it; the GPU twin stripregs caps for real). A ragged
+    last panel (37 = 2 x 16 + 5) and the special matrices' zero and rank-deficient columns."""
+    from qrsub.kernels import strip as strip_module
+
+    real = strip_module.fused_strip_kernel
+    caps = []
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                caps.append(kwargs.get("maxnreg"))
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(strip_module, "fused_strip_kernel", Recording())
+    A = special_matrices(37)
+    capped = DRIVERS["blocked"](A, route(panel=dict(width=16), strip=dict(fuse_next=True, max_registers=128)))
+    assert caps == [128, 128]  # three panels: a fused pass after each but the last
+    caps.clear()
+    plain = DRIVERS["blocked"](A, route(panel=dict(width=16), strip=dict(fuse_next=True)))
+    assert caps == [None, None]
+    assert torch.equal(capped[0], plain[0]) and torch.equal(capped[1], plain[1])
+
+
 @pytest.mark.parametrize("n,batch", [(1, 5), (16, 5), (37, 5), (37, 2), (37, 1), (48, 3)])
 def test_halves_give_the_whole_batch_s_bits(n, batch):
     """strip.halves 2 only reorders launches (each half a step behind the other) and gives each

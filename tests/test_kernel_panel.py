@@ -90,7 +90,7 @@ def test_two_row_tiles_only_where_they_hold_fewer_rows():
 
 
 def test_a_register_cap_is_a_launch_option_only_when_set():
-    from qrsub.kernels.panel import register_cap
+    from qrsub.kernels.launch import register_cap
 
     assert register_cap(0) == {} and register_cap(168) == {"maxnreg": 168}
 
