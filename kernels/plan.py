@@ -264,9 +264,8 @@ class StripKnobs:
                                         "splitting each V tile again (the same bits)")
     max_registers: int = knob(0, IntRange(0, 255), "with fuse_next: registers per thread the fused pass may use "
                                                    "(ptxas maxnreg; it spills the rest), so that more programs "
-                                                   "share an SM (the mid route's pass, 4 warps: 162 registers "
-                                                   "and 60 KB of shared memory at 4 stages fit three; 128 and "
-                                                   "48 KB at 3 stages fit four); 0: the compiler's choice")
+                                                   "share an SM where shared memory allows (num_stages); 0: the "
+                                                   "compiler's choice")
 
 
 @dataclass(frozen=True)

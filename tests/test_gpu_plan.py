@@ -9,11 +9,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "tools" / "gpu_plan.sh"
 
 
-def fake_nvidia_smi(bin_dir: Path, card: str) -> None:
-    """An nvidia-smi on PATH that names CARD, as `--query-gpu=name --format=csv,noheader` would."""
+def fake_nvidia_smi(tmp_path: Path, script: str) -> Path:
+    """A folder for PATH whose nvidia-smi runs SCRIPT (sh): the card gpu_plan.sh will read."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
     tool = bin_dir / "nvidia-smi"
-    tool.write_text(f"#!/bin/sh\necho '{card}'\n")
+    tool.write_text(f"#!/bin/sh\n{script}\n")
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
 
 
 def run_plan(tmp_path: Path, card_wanted: str, bin_dir: Path) -> subprocess.CompletedProcess:
@@ -24,9 +27,8 @@ def run_plan(tmp_path: Path, card_wanted: str, bin_dir: Path) -> subprocess.Comp
 
 
 def test_another_card_stops_the_stage_before_anything_runs(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake_nvidia_smi(bin_dir, "NVIDIA H100 80GB HBM3")
+    # What `--query-gpu=name --format=csv,noheader` prints on an H100.
+    bin_dir = fake_nvidia_smi(tmp_path, "echo 'NVIDIA H100 80GB HBM3'")
     done = run_plan(tmp_path, "H200", bin_dir)
     assert done.returncode == 0, done.stderr
     assert "'NVIDIA H100 80GB HBM3', not H200" in done.stdout
@@ -35,11 +37,7 @@ def test_another_card_stops_the_stage_before_anything_runs(tmp_path):
 
 
 def test_a_failing_nvidia_smi_reads_as_no_card(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    tool = bin_dir / "nvidia-smi"
-    tool.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
-    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    bin_dir = fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed' >&2; exit 9")
     done = run_plan(tmp_path, "H200", bin_dir)
     assert done.returncode == 0, done.stderr
     assert "'none', not H200" in done.stdout
