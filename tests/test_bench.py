@@ -28,13 +28,15 @@ class FakeClock:
 class FakeTimer:
     """Candidate i takes base[i] * (1 + noise) seconds; each call advances the fake clock."""
 
-    def __init__(self, base, clock, noise=None, fail_prepare=(), raise_at=None, fail_finish=()):
+    def __init__(self, base, clock, noise=None, fail_prepare=(), raise_at=None, fail_finish=(), warm_up_s=0.0):
         self.base, self.clock = base, clock
         self.noise = noise or (lambda i, k: 0.0)
         self.fail_prepare, self.raise_at, self.fail_finish = set(fail_prepare), raise_at, set(fail_finish)
+        self.warm_up_s = warm_up_s   # seconds prepare takes (imports and compiles on a first case)
         self.calls = []
 
     def prepare(self, spec, active):
+        self.clock.t += self.warm_up_s
         return {i: "H contains NaN or Inf" for i in active if i in self.fail_prepare}
 
     def time(self, cand):
@@ -73,6 +75,32 @@ def test_noisy_timings_stop_on_budget_after_floor_reps():
     assert run.reason == "budget" and run.rounds == 3
     run = engine.run_case(FakeTimer([1.0, 1.0], clock, noisy), SPEC, 2, rule, 0.5, clock)
     assert run.reason == "budget" and run.rounds == 25   # 2 calls of 0.01 s per round
+
+
+def test_a_slow_warm_up_does_not_spend_the_case_budget():
+    # 20x32, the first case, once stopped at 3 rounds (one of them cold) in its 16 s share: the
+    # candidates' imports and compiles had spent it
+    clock = FakeClock()
+    noisy = lambda i, k: 0.5 * (k % 2)
+    rule = engine.StopRule(min_reps=10, floor_reps=3)
+    run = engine.run_case(FakeTimer([1.0, 1.0], clock, noisy, warm_up_s=30.0), SPEC, 2, rule, 0.5, clock)
+    assert run.reason == "budget" and run.rounds == 25   # 0.5 s of rounds of 0.02 s, as without a warm-up
+    assert run.elapsed == pytest.approx(0.5)
+
+
+def test_an_unsettled_median_is_named_with_its_fix():
+    clock = FakeClock()
+    cold = lambda i, k: 90.0 if k % 3 == 0 else 0.01 * (k % 2)   # a cold repetition in each case's 3
+    runs = engine.run_bench(FakeTimer([1e-5, 1e-5], clock, cold), [SPEC, SPEC], 2,
+                            engine.StopRule(min_reps=10, floor_reps=3), 0.0, clock)
+    summary = report.summarize(runs, ["champion", "other"], case_indices=[0, 7])
+    lines = report.unsettled_lines(summary)
+    assert len(lines) == 4 and "20x32 dense c1: champion's median" in lines[0] and "3 reps" in lines[0]
+    assert "--cases 0" in lines[0] and "--cases 7" in lines[-1] and "--budget" in lines[0]
+    console = Console(record=True, width=400)
+    report.render(summary, console)
+    assert "is not settled" in console.export_text()
+    assert report.unsettled_lines(_summary()) == []   # tight cases: nothing to say
 
 
 def test_max_reps_caps_a_noisy_case():

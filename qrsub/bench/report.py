@@ -164,12 +164,37 @@ def render(summary: dict, console=None) -> None:
     console.print(gm)
     for line in verdict_lines(summary):
         console.print(line)
+    for line in unsettled_lines(summary):
+        console.print(f"[yellow]{line}[/]")
 
 
 def refusals(summary: dict) -> list[str]:
     """One line per case a candidate was not timed on, with the reason (failed check, fallback, crash)."""
     return [f"  {res['candidate']} on {case['label']}: {res.get('error', 'not timed')}"
             for case in summary["cases"] for res in case["results"] if res["status"] != "ok"]
+
+
+# A median whose 95% interval reaches further than this fraction of it from the median is not
+# settled: the case ran out of its budget share after too few rounds to be read (or compared).
+UNSETTLED = 0.10
+
+
+def unsettled_lines(summary: dict) -> list[str]:
+    """One warning per case and candidate whose median is not settled (UNSETTLED), naming the fix:
+    the geomean and every ratio on that case carry its error."""
+    lines = []
+    indices = summary.get("case_indices") or range(len(summary["cases"]))
+    for index, case in zip(indices, summary["cases"]):
+        for res in case["results"]:
+            if res["status"] != "ok":
+                continue
+            reach = max(res["hi_us"] - res["median_us"], res["median_us"] - res["lo_us"]) / res["median_us"]
+            if reach > UNSETTLED:
+                lines.append(f"warning: {case['label']}: {res['candidate']}'s median {_fmt_us(res['median_us'])} µs "
+                             f"is not settled ({res['reps']} reps, its interval reaches {reach:.0%} from it); "
+                             f"the geomean carries that error. Give the case more time: a larger --budget, "
+                             f"or a run of its own (--cases {index}).")
+    return lines
 
 
 def verdict_lines(summary: dict) -> list[str]:
