@@ -210,6 +210,19 @@ def grouped_step(P, T, taus, rows, cols, k, SHUFFLE: tl.constexpr, C0: tl.conste
 
 
 @triton.jit
+def grouped_tiles_step(P, P2, T, taus, rows, rows2, cols, k, SHUFFLE: tl.constexpr, APPROX: tl.constexpr):
+    """grouped_step on the panel's two row tiles (PanelKnobs.row_tiles 2), P and P2, both held as
+    (rows, G, 4): their sums add up before reflector k is formed. The second tile's rows start at
+    BL >= BB > k, so its masks fold (BELOW)."""
+    x, tail, row_k, proj = grouped_sums(P, rows, cols, k, SHUFFLE, 0, False)
+    x2, tail2, row_k2, proj2 = grouped_sums(P2, rows2, cols, k, SHUFFLE, 0, True)
+    row_k, proj = row_k + row_k2, proj + proj2
+    P2, _, _ = grouped_reflect(P2, T, taus, x2, tail2, row_k, proj, rows2, cols, k, 0, True, False, APPROX)
+    P, T, taus = grouped_reflect(P, T, taus, x, tail, row_k, proj, rows, cols, k, 0, False, True, APPROX)
+    return P, P2, T, taus
+
+
+@triton.jit
 def gram_step(P, taus, rows, cols, k, g_ptr, g_ld, SHUFFLE: tl.constexpr, STORE: tl.constexpr,
               APPROX: tl.constexpr):
     """grouped_step for PanelKnobs.t_build after: reflector k with tau_k added, and in place of
@@ -391,8 +404,8 @@ def panel_program(
     """
     if GROUPED:
         panel_program_grouped(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid, n, L, bw, panel_off, tau_off,
-                              t_bs, t_ld, v_row_off, v_col_off, v_ld, BL, BB, WRITE_T, WRITE_V, UNROLL, SHUFFLE,
-                              V_PARTS, APPROX, T_AFTER)
+                              t_bs, t_ld, v_row_off, v_col_off, v_ld, BL, BB, BL2, WRITE_T, WRITE_V, UNROLL,
+                              SHUFFLE, V_PARTS, APPROX, T_AFTER)
         return
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
@@ -424,7 +437,7 @@ def panel_program(
 def panel_program_grouped(
     src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
-    BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
+    BL: tl.constexpr, BB: tl.constexpr, BL2: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     UNROLL: tl.constexpr, SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr,
     T_AFTER: tl.constexpr,
 ):
@@ -433,12 +446,19 @@ def panel_program_grouped(
     keeps its layout (4 columns a thread, a row's groups on consecutive lanes); T is held the
     same way, (BB, BB // 4, 4). T_AFTER (PanelKnobs.t_build after): the loop stores each
     reflector's Gram row into T's place instead (gram_step), and T is built from those rows
-    once the loop is done (t_from_gram_rows), so the loop carries no T."""
+    once the loop is done (t_from_gram_rows), so the loop carries no T. BL2 > 0 (PanelKnobs.row_tiles
+    2; not with T_AFTER): a second tile of rows [BL, BL + BL2), held the same way
+    (grouped_tiles_step)."""
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
     P2, offs, in_panel, _, _ = load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB, True)
     G: tl.constexpr = BB // 4
     P = tl.reshape(P2, (BL, G, 4))
+    Q = P  # stands in for the second tile when there is none (BL2 == 0): never read
+    if BL2 > 0:
+        rows2 = BL + tl.arange(0, BL2)
+        Q2, offs2, in_panel2, _, _ = load_slice(src_ptr, pid, n, panel_off, rows2, cols, L, bw, BB, True)
+        Q = tl.reshape(Q2, (BL2, G, 4))
     cols2 = tl.arange(0, G)[:, None] * 4 + tl.arange(0, 4)[None, :]
     T = tl.zeros((BB, G, 4), dtype=tl.float32)
     taus = tl.zeros((G, 4), dtype=tl.float32)
@@ -452,6 +472,16 @@ def panel_program_grouped(
                 for r in tl.static_range(UNROLL):
                     P, taus = gram_step(P, taus, rows[:, None], cols2, k0 + r, g_ptr, t_ld, SHUFFLE, WRITE_T,
                                         APPROX)
+    elif BL2 > 0:
+        if UNROLL == 0:
+            for k in range(0, bw):
+                P, Q, T, taus = grouped_tiles_step(P, Q, T, taus, rows[:, None], rows2[:, None], cols2, k, SHUFFLE,
+                                                   APPROX)
+        else:
+            for k0 in range(0, BB, UNROLL):
+                for r in tl.static_range(UNROLL):
+                    P, Q, T, taus = grouped_tiles_step(P, Q, T, taus, rows[:, None], rows2[:, None], cols2, k0 + r,
+                                                       SHUFFLE, APPROX)
     elif UNROLL == 0:
         for k in range(0, bw):
             P, T, taus = grouped_step(P, T, taus, rows[:, None], cols2, k, SHUFFLE, 0, APPROX)
@@ -472,6 +502,11 @@ def panel_program_grouped(
         tl.store(g_ptr + cols[:, None] * t_ld + cols[None, :], T2)
     if WRITE_V:
         store_v(v_ptr, P2, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, V_PARTS)
+    if BL2 > 0:
+        Q2 = tl.reshape(Q, (BL2, BB))
+        tl.store(dst_ptr + pid * n * n + offs2, Q2, mask=in_panel2)
+        if WRITE_V:
+            store_v(v_ptr, Q2, rows2, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, V_PARTS)
 
 
 @triton.jit
@@ -722,11 +757,11 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     """(arguments, compile-time constants, launch options: num_warps and any register cap) of
     panel_program for columns [j, j+bw) of every matrix, by parameter name, as householder_panel
     launches them. PanelKnobs.num_warps and max_registers pick their values by the padded
-    height. PanelKnobs.broadcast shuffle takes the grouped program where its layout holds (one
-    row tile, shuffle_layout_holds). Elsewhere the panel sums: the factors are the same either way.
-    PanelKnobs.split 2 splits the grouped program's columns in two halves where each is at
-    least MIN_DOT_WIDTH wide and, like the whole tile, holds at least 4 values a thread (the
-    shuffle's layout); elsewhere the panel is factored whole. v_parts (StripKnobs.v_parts): V is
+    height. PanelKnobs.broadcast shuffle takes the grouped program where its layout holds (in each
+    row tile: shuffle_layout_holds). Elsewhere the panel sums: the factors are the same either way.
+    PanelKnobs.split 2 splits the grouped program's columns in two halves where the rows are one
+    tile and each half is at least MIN_DOT_WIDTH wide and, like the whole tile, holds at least 4
+    values a thread (the shuffle's layout); elsewhere the panel is factored whole. v_parts (StripKnobs.v_parts): V is
     written as its fp16x3 parts, packed (store_v_tile), V then int32."""
     n = dst.shape[1]
     L = n - j
@@ -739,13 +774,15 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
         v_row_off=j if v_row_off is None else v_row_off, v_col_off=v_col_off,
         v_ld=V.shape[2] if V is not None else 0)
     num_warps = by_rows(knobs.num_warps, BL + BL2)
-    grouped = knobs.broadcast == "shuffle" and BL2 == 0 and shuffle_layout_holds(n, j, bw, BB, BL, num_warps)
+    grouped = (knobs.broadcast == "shuffle" and shuffle_layout_holds(n, j, bw, BB, BL, num_warps)
+               and (BL2 == 0 or shuffle_layout_holds(n, j, bw, BB, BL2, num_warps)))
+    one_tile = grouped and BL2 == 0  # split and t_build after hold the rows as one tile
     constants = dict(BL=BL, BB=BB, WRITE_T=T is not None, WRITE_V=V is not None, FULL=bw == BB, BL2=BL2,
                      UNROLL=knobs.unroll, GROUPED=grouped, SHUFFLE=grouped and not interpreted(),
-                     SPLIT=grouped and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH
+                     SPLIT=one_tile and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH
                      and BL * (BB // 2) >= 4 * 32 * num_warps, V_PARTS=v_parts,
                      APPROX=approx_reciprocals(knobs.reciprocal))
-    constants["T_AFTER"] = grouped and not constants["SPLIT"] and knobs.t_build == "after"
+    constants["T_AFTER"] = one_tile and not constants["SPLIT"] and knobs.t_build == "after"
     pre_args, pre_constants = pending_launch(pending, src, j)
     table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst, TAU_SLOT=tau,
                                    PRE_SLOT=pending.src if pending is not None else None)

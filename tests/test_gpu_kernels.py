@@ -139,6 +139,9 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     # the reflectors' reciprocals by rcp.approx (panel.reciprocal approx, the champion's): the grouped
     # panel with the fused strip, the summing panel in two row tiles, the split panel, two-level
     case("rcp", "blocked", 520, panel=dict(SHUFFLE32, reciprocal="approx"), strip=FUSED),
+    # the grouped panel's rows as two tiles (panel.row_tiles 2): 520 - 32k rows as 512, 256 + 256,
+    # 256 + 128, ... down to 128 + 32 and 64 + 16, the indexed shuffle in each tile
+    case("rowtiles-grouped", "blocked", 520, panel=dict(SHUFFLE32, row_tiles=2, reciprocal="approx"), strip=FUSED),
     # T built after the reflector loop from the Gram rows it stores (panel.t_build after)
     case("tafter", "blocked", 520, panel=dict(SHUFFLE32, reciprocal="approx", t_build="after"), strip=FUSED),
     case("rcp-rowtiles", "blocked", 352, panel=dict(width=16, row_tiles=2, reciprocal="approx"),

@@ -63,6 +63,59 @@ def test_blocked_qr_with_the_grouped_panel_passes_the_gate(n, width):
     assert harness_check(A, H, tau) < 0.5
 
 
+def factor_tiles(A, j, width, broadcast, row_tiles, unroll, write_tv=True):
+    """Panel columns [j, j+width) of A (1 warp): its columns of H, tau, T and V, and the launch's
+    (BL, BL2, GROUPED)."""
+    batch, n, _ = A.shape
+    H, tau = A.clone(), torch.zeros(batch, n)
+    T = torch.zeros(batch, width, width) if write_tv else None
+    V = torch.zeros(batch, n, width) if write_tv else None
+    knobs = PanelKnobs(width=width, num_warps=1, unroll=unroll, broadcast=broadcast, row_tiles=row_tiles)
+    constants = panel_launch(A, H, tau, T, V, j, width, knobs=knobs)[1]
+    householder_panel(A, H, tau, T, V, j, width, knobs=knobs)
+    return (H[:, j:, j:j + width], tau[:, j:j + width], T, V), (constants["BL"], constants["BL2"], constants["GROUPED"])
+
+
+@pytest.mark.parametrize("n,j,width,unroll,write_tv,tiles", [
+    (80, 0, 16, 4, True, (64, 16)),    # 80 rows as 64 + 16
+    (48, 0, 16, 0, True, (32, 16)),    # the run-time loop
+    (80, 32, 32, 4, True, (32, 16)),   # 48 rows as 32 + 16, 32 columns
+    (48, 0, 16, 4, False, (32, 16)),   # a last panel: no T or V stored
+])
+def test_grouped_panel_in_two_row_tiles_gives_the_plain_panels_factors(n, j, width, unroll, write_tv, tiles):
+    """panel.row_tiles 2 on the grouped panel: each tile held as column groups, their sums added
+    before each reflector; the factors are the summing panel's in one tile, on the special
+    matrices (a zero column, a zero matrix, the identity, rank deficiency)."""
+    A = special_matrices(n, batch=5)
+    grouped, launch = factor_tiles(A, j, width, "shuffle", 2, unroll, write_tv)
+    plain, plain_launch = factor_tiles(A, j, width, "sum", 1, unroll, write_tv)
+    assert launch == (*tiles, True) and plain_launch[1:] == (0, False)
+    for got, want in zip(grouped, plain):
+        if want is not None:
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_two_row_tiles_leave_split_and_t_after_to_one_tile():
+    """The split panel and t_build after hold the rows as one tile: with two, the grouped panel
+    runs whole, T built in the loop."""
+    X = torch.zeros(2, 96, 96)
+    knobs = PanelKnobs(width=32, num_warps=1, unroll=4, broadcast="shuffle", row_tiles=2, split=2, t_build="after")
+    constants = panel_launch(X, X, torch.zeros(2, 96), None, None, 0, 32, knobs=knobs)[1]
+    assert (constants["BL"], constants["BL2"], constants["GROUPED"]) == (64, 32, True)
+    assert not constants["SPLIT"] and not constants["T_AFTER"]
+
+
+def test_each_row_tile_gets_the_layout_the_shuffle_needs():
+    """The indexed shuffle is right only where each tile loads 4 columns a thread with a row's
+    groups on consecutive lanes: compiled for sm_90 (the mid route's 384-row panel as 256 + 128,
+    and 288 as 256 + 32), both tiles' loads get the one-tile panel's layout."""
+    one_tile = [line for line in sass_loop_lines("--grouped", "--load-layouts", "--approx") if line.startswith("load:")]
+    assert one_tile and "sizePerThread = [1, 4]" in one_tile[0]
+    for second in ("128", "32"):
+        lines = sass_loop_lines("--grouped", "--load-layouts", "--approx", "--bl", "256", "--bl2", second)
+        assert [line for line in lines if line.startswith("load:")] == one_tile * 2
+
+
 def factor_panel_at(A, j, width, split, write_tv=True):
     """Panel columns [j, j+width) of A (grouped, unroll 4, 2 warps), split in halves or whole:
     its columns of H, tau, T and V."""

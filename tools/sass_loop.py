@@ -13,6 +13,7 @@ The panel (householder_panel_kernel), by its knobs:
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --maxnreg 168
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --pending
     python tools/sass_loop.py --bl 512 --bb 32 --warps 4 --unroll 4 --grouped --v-parts  # V packed
+    python tools/sass_loop.py --bl 256 --bl2 128 --bb 32 --warps 4 --unroll 4 --grouped  # 384 rows, 2 tiles
 
 Any other kernel of kernels/, by module.name and its compile-time constants:
 
@@ -111,9 +112,9 @@ def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=(
 
 
 def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False, split=False, v_parts=False,
-                  approx=False, arch=90, t_after=False):
+                  approx=False, arch=90, t_after=False, BL2=0):
     panel = kernel_module("panel")
-    constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=0, UNROLL=unroll,
+    constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=BL2, UNROLL=unroll,
                      GROUPED=grouped, SHUFFLE=grouped, PENDING=pending, YB=BB, PRE_BM=panel.PENDING_ROWS,
                      PRE_APPLY="fp16x3", SPLIT=split, V_PARTS=v_parts, APPROX=approx, T_AFTER=t_after)
     return compile_kernel(panel.householder_panel_kernel, constants, warps, maxnreg,
@@ -205,6 +206,7 @@ def main():
     parser.add_argument("--int-ptr", action="append", default=[], metavar="NAME",
                         help="a pointer argument of --kernel that points at int32 (e.g. va_ptr with V_PARTS=True)")
     parser.add_argument("--bl", type=int, default=512)
+    parser.add_argument("--bl2", type=int, default=0, help="a second row tile of this many rows (panel.row_tiles 2)")
     parser.add_argument("--bb", type=int, default=32)
     parser.add_argument("--warps", type=int, default=4)
     parser.add_argument("--unroll", type=int, default=4)
@@ -237,7 +239,7 @@ def main():
                                 args.int_ptr, args.arch)
     else:
         kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending,
-                               args.split, args.v_parts, args.approx, args.arch, args.t_after)
+                               args.split, args.v_parts, args.approx, args.arch, args.t_after, args.bl2)
     if args.load_layouts:
         for layout in load_layouts(kernel.asm["ttgir"]):
             print(f"load: {layout}")
