@@ -761,8 +761,8 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
     row tile: shuffle_layout_holds). Elsewhere the panel sums: the factors are the same either way.
     PanelKnobs.split 2 splits the grouped program's columns in two halves where the rows are one
     tile and each half is at least MIN_DOT_WIDTH wide and, like the whole tile, holds at least 4
-    values a thread (the shuffle's layout); elsewhere the panel is factored whole. v_parts (StripKnobs.v_parts): V is
-    written as its fp16x3 parts, packed (store_v_tile), V then int32."""
+    values a thread (the shuffle's layout); elsewhere the panel is factored whole. v_parts
+    (StripKnobs.v_parts): V is written as its fp16x3 parts, packed (store_v_tile), V then int32."""
     n = dst.shape[1]
     L = n - j
     BB = padded_width(bw)

@@ -2,7 +2,7 @@
 # The next GPU session's plan (docs/perf-log.md, "Next"), one stage per device call, each
 # well inside a 10-minute call. Run from the repository root on the GPU machine:
 #   bash tools/gpu_plan.sh check      # the experiments' GPU twins, then each experiment benched on the
-#                                     # cases it touches (with geqrf and concurrent unless BASELINES=),
+#                                     # cases it touches (with champion-concurrent unless BASELINES=),
 #                                     # and Nsight Compute on the champion at 640x512 (~9 min cold)
 #   bash tools/gpu_plan.sh table      # the closing table: the champion, the previous champion
 #                                     # (.gpu/champion-prev.py, if built and carried) and
@@ -114,8 +114,10 @@ table)
     # champion-concurrent (BASELINES= leaves it out); then torch.geqrf's ratio, alone beside the champion.
     timeout 420 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $BASELINES --budget 300 --target 0.002 \
         --json "$OUT/bench-table.json" 2>&1 | tee "$OUT/bench-table.txt" | tail -45
-    [ -n "$GEQRF" ] && timeout 200 python3 -m qrsub bench variants/champion.yaml $GEQRF --budget 100 --target 0.01 \
-        --json "$OUT/bench-geqrf.json" 2>&1 | tee "$OUT/bench-geqrf.txt" | tail -8
+    if [ -n "$GEQRF" ]; then
+        timeout 200 python3 -m qrsub bench variants/champion.yaml $GEQRF --budget 100 --target 0.01 \
+            --json "$OUT/bench-geqrf.json" 2>&1 | tee "$OUT/bench-geqrf.txt" | tail -8
+    fi
     ;;
 coop)
     # The cooperative panel's GPU twins first (a hang ends at the timeout), then the bench of

@@ -43,7 +43,8 @@ class StopRule:
     tight: every candidate has >= min_reps samples and its median's 95%
     interval has a half-width under `target` of the median.
     budget: the case's share of the time is spent on its rounds (its warm-up
-    not counted), after at least floor_reps rounds, as the harness takes at least 3. max-reps: a cap, so a noisy case ends.
+    not counted), after at least floor_reps rounds, as the harness takes at
+    least 3. max-reps: a cap, so a noisy case ends.
     """
 
     target: float = 0.01
