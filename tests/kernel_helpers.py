@@ -30,6 +30,11 @@ def sass_loop_lines(*flags: str) -> list:
     return run.stdout.splitlines()
 
 
+def sass_load_layouts(*flags: str) -> list:
+    """The `load:` lines of sass_loop.py's --load-layouts output with FLAGS: each load's layout."""
+    return [line for line in sass_loop_lines("--load-layouts", *flags) if line.startswith("load:")]
+
+
 def sass_loop_count(label: str, *flags: str) -> int:
     """The instruction count on sass_loop.py's one line `LABEL: N instructions...` (kernel or loop)."""
     (line,) = [ln for ln in sass_loop_lines(*flags) if ln.startswith(f"{label}: ")]

@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from kernel_helpers import harness_check, route, sass_loop_count, sass_loop_lines, special_matrices
+from kernel_helpers import harness_check, route, sass_load_layouts, sass_loop_count, sass_loop_lines, special_matrices
 
 from qrsub.kernels.blocked import qr_blocked
 from qrsub.kernels.naive import panel_ref
@@ -17,22 +17,33 @@ from qrsub.kernels.plan import PanelKnobs
 
 
 
-def factor_panel(A, width, broadcast, unroll):
+def factor(A, knobs, j=0, write_tv=True):
+    """Panel columns [j, j+knobs.width) of A with these PanelKnobs: (H, tau, T, V), with H the
+    whole matrix (only the panel's rows and columns written), tau the panel's, and T and V None
+    where write_tv is False (a last panel); and the launch's constants (BL, BL2, GROUPED, SPLIT,
+    T_AFTER...)."""
     batch, n, _ = A.shape
-    H, tau = torch.empty_like(A), torch.zeros(batch, n)
-    T, V = torch.zeros(batch, width, width), torch.zeros(batch, n, width)
-    knobs = PanelKnobs(width=width, num_warps=1, unroll=unroll, broadcast=broadcast)
-    householder_panel(A, H, tau, T, V, 0, width, knobs=knobs)
-    return H[:, :, :width], tau[:, :width], T, V
+    width = knobs.width
+    H, tau = A.clone(), torch.zeros(batch, n, device=A.device)
+    T = torch.zeros(batch, width, width, device=A.device) if write_tv else None
+    V = torch.zeros(batch, n, width, device=A.device) if write_tv else None
+    constants = panel_launch(A, H, tau, T, V, j, width, knobs=knobs)[1]
+    householder_panel(A, H, tau, T, V, j, width, knobs=knobs)
+    return (H, tau[:, j:j + width], T, V), constants
+
+
+def assert_same_factors(got, want, atol=1e-6, rtol=1e-5):
+    for g, w in zip(got, want):
+        if w is not None:
+            torch.testing.assert_close(g, w, atol=atol, rtol=rtol)
 
 
 @pytest.mark.parametrize("n,width,unroll", [(48, 16, 4), (32, 32, 4), (48, 16, 0)])
 def test_grouped_panel_gives_the_plain_panels_factors(n, width, unroll):
     A = special_matrices(n, batch=5)  # random, zero column, all zeros, identity, rank deficient
-    plain = factor_panel(A, width, "sum", unroll)
-    grouped = factor_panel(A, width, "shuffle", unroll)
-    for got, want in zip(grouped, plain):
-        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    plain = factor(A, PanelKnobs(width=width, num_warps=1, unroll=unroll, broadcast="sum"))[0]
+    grouped = factor(A, PanelKnobs(width=width, num_warps=1, unroll=unroll, broadcast="shuffle"))[0]
+    assert_same_factors(grouped, plain)
 
 
 def test_the_grouped_program_runs_only_where_its_layout_holds():
@@ -63,19 +74,6 @@ def test_blocked_qr_with_the_grouped_panel_passes_the_gate(n, width):
     assert harness_check(A, H, tau) < 0.5
 
 
-def factor_tiles(A, j, width, broadcast, row_tiles, unroll, write_tv=True):
-    """Panel columns [j, j+width) of A (1 warp): its columns of H, tau, T and V, and the launch's
-    (BL, BL2, GROUPED)."""
-    batch, n, _ = A.shape
-    H, tau = A.clone(), torch.zeros(batch, n)
-    T = torch.zeros(batch, width, width) if write_tv else None
-    V = torch.zeros(batch, n, width) if write_tv else None
-    knobs = PanelKnobs(width=width, num_warps=1, unroll=unroll, broadcast=broadcast, row_tiles=row_tiles)
-    constants = panel_launch(A, H, tau, T, V, j, width, knobs=knobs)[1]
-    householder_panel(A, H, tau, T, V, j, width, knobs=knobs)
-    return (H[:, j:, j:j + width], tau[:, j:j + width], T, V), (constants["BL"], constants["BL2"], constants["GROUPED"])
-
-
 @pytest.mark.parametrize("n,j,width,unroll,write_tv,tiles", [
     (80, 0, 16, 4, True, (64, 16)),    # 80 rows as 64 + 16
     (48, 0, 16, 0, True, (32, 16)),    # the run-time loop
@@ -87,12 +85,15 @@ def test_grouped_panel_in_two_row_tiles_gives_the_plain_panels_factors(n, j, wid
     before each reflector; the factors are the summing panel's in one tile, on the special
     matrices (a zero column, a zero matrix, the identity, rank deficiency)."""
     A = special_matrices(n, batch=5)
-    grouped, launch = factor_tiles(A, j, width, "shuffle", 2, unroll, write_tv)
-    plain, plain_launch = factor_tiles(A, j, width, "sum", 1, unroll, write_tv)
+    def tiles_of(broadcast, row_tiles):
+        knobs = PanelKnobs(width=width, num_warps=1, unroll=unroll, broadcast=broadcast, row_tiles=row_tiles)
+        factors, constants = factor(A, knobs, j, write_tv)
+        return factors, (constants["BL"], constants["BL2"], constants["GROUPED"])
+
+    grouped, launch = tiles_of("shuffle", 2)
+    plain, plain_launch = tiles_of("sum", 1)
     assert launch == (*tiles, True) and plain_launch[1:] == (0, False)
-    for got, want in zip(grouped, plain):
-        if want is not None:
-            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    assert_same_factors(grouped, plain)
 
 
 def test_two_row_tiles_leave_split_and_t_after_to_one_tile():
@@ -109,24 +110,18 @@ def test_each_row_tile_gets_the_layout_the_shuffle_needs():
     """The indexed shuffle is right only where each tile loads 4 columns a thread with a row's
     groups on consecutive lanes: compiled for sm_90 (the mid route's 384-row panel as 256 + 128,
     and 288 as 256 + 32), both tiles' loads get the one-tile panel's layout."""
-    one_tile = [line for line in sass_loop_lines("--grouped", "--load-layouts", "--approx") if line.startswith("load:")]
+    one_tile = sass_load_layouts("--grouped", "--approx")
     assert one_tile and "sizePerThread = [1, 4]" in one_tile[0]
     for second in ("128", "32"):
-        lines = sass_loop_lines("--grouped", "--load-layouts", "--approx", "--bl", "256", "--bl2", second)
-        assert [line for line in lines if line.startswith("load:")] == one_tile * 2
+        assert sass_load_layouts("--grouped", "--approx", "--bl", "256", "--bl2", second) == one_tile * 2
 
 
-def factor_panel_at(A, j, width, split, write_tv=True):
-    """Panel columns [j, j+width) of A (grouped, unroll 4, 2 warps), split in halves or whole:
-    its columns of H, tau, T and V."""
-    batch, n, _ = A.shape
-    H, tau = A.clone(), torch.zeros(batch, n)
-    T = torch.zeros(batch, width, width) if write_tv else None
-    V = torch.zeros(batch, n, width) if write_tv else None
+def factor_split(A, j, width, split, write_tv=True):
+    """Panel columns [j, j+width) of A (grouped, unroll 4, 2 warps), split in halves or whole."""
     knobs = PanelKnobs(width=width, num_warps=2, unroll=4, broadcast="shuffle", split=split)
-    assert panel_launch(A, H, tau, T, V, j, width, knobs=knobs)[1]["SPLIT"] == (split == 2)
-    householder_panel(A, H, tau, T, V, j, width, knobs=knobs)
-    return H, tau[:, j:j + width], T, V
+    factors, constants = factor(A, knobs, j, write_tv)
+    assert constants["SPLIT"] == (split == 2)
+    return factors
 
 
 @pytest.mark.parametrize("n,j,width,write_tv", [(48, 0, 32, True), (64, 16, 32, True), (48, 16, 32, False)])
@@ -136,8 +131,8 @@ def test_a_split_panel_gives_the_whole_panels_factors(n, j, width, write_tv):
     fp16x3's accuracy, and no other column written. write_tv False: a last panel (no T, no V).
     The special matrices hold a zero column, a zero matrix, the identity, rank deficiency."""
     A = special_matrices(n, batch=5)
-    whole = factor_panel_at(A, j, width, 1, write_tv)
-    split = factor_panel_at(A, j, width, 2, write_tv)
+    whole = factor_split(A, j, width, 1, write_tv)
+    split = factor_split(A, j, width, 2, write_tv)
     H, H0 = split[0], whole[0]
     torch.testing.assert_close(H[:, j:, j:j + width], H0[:, j:, j:j + width], atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(split[1], whole[1], atol=2e-5, rtol=1e-4)
@@ -168,7 +163,7 @@ def test_a_64_column_split_panel_gives_the_reference_factors():
     reference panel (the whole grouped panel at 64 columns takes minutes on the interpreter)."""
     A = special_matrices(80, batch=5)
     j, width = 16, 64
-    H, tau, T, V = factor_panel_at(A, j, width, 2)
+    H, tau, T, V = factor_split(A, j, width, 2)
     for i in range(A.shape[0]):
         P, tau_ref, T_ref, V_ref = panel_ref(A[i, j:, j:j + width].double())
         torch.testing.assert_close(H[i, j:, j:j + width].double(), P, atol=1e-4, rtol=1e-3)
@@ -201,8 +196,7 @@ def test_the_grouped_panel_keeps_the_shuffle_s_layout_when_it_stores_v_parts(spl
     the load 8 columns a thread, and the H200 NaN (thirteenth session); packed in 32-bit words
     they keep the plain panel's layout."""
     def layouts(*flags):
-        lines = sass_loop_lines("--grouped", "--load-layouts", *(["--split"] if split else []), *flags)
-        return [line for line in lines if line.startswith("load:")]
+        return sass_load_layouts("--grouped", *(["--split"] if split else []), *flags)
 
     plain, parts = layouts(), layouts("--v-parts")
     assert plain and "sizePerThread = [1, 4]" in plain[0]
@@ -230,16 +224,12 @@ def test_the_approximate_reciprocal_keeps_the_layout_and_shortens_the_loop():
     assert approximated <= divided - 8 * 4, f"{approximated} instructions a loop against {divided}"
 
 
-def factor_grouped(A, width, t_build, write_tv=True, unroll=4):
+def factor_t_built(A, width, t_build, write_tv=True, unroll=4):
     """Panel columns [0, width) of A on the grouped panel (2 warps) with T built as t_build."""
-    batch, n, _ = A.shape
-    H, tau = A.clone(), torch.zeros(batch, n)
-    T = torch.zeros(batch, width, width) if write_tv else None
-    V = torch.zeros(batch, n, width) if write_tv else None
     knobs = PanelKnobs(width=width, num_warps=2, unroll=unroll, broadcast="shuffle", t_build=t_build)
-    assert panel_launch(A, H, tau, T, V, 0, width, knobs=knobs)[1]["T_AFTER"] == (t_build == "after")
-    householder_panel(A, H, tau, T, V, 0, width, knobs=knobs)
-    return H, tau, T, V
+    factors, constants = factor(A, knobs, 0, write_tv)
+    assert constants["T_AFTER"] == (t_build == "after")
+    return factors
 
 
 @pytest.mark.parametrize("n,width,unroll,write_tv", [(48, 16, 4, True), (64, 32, 4, True), (48, 16, 0, True),
@@ -250,10 +240,8 @@ def test_t_built_after_the_loop_is_the_loops_t(n, width, unroll, write_tv):
     special matrices (a zero column, a zero matrix, the identity, rank deficiency). write_tv
     False: a last panel, where nothing is stored in T's place."""
     A = special_matrices(n, batch=5)
-    after, loop = factor_grouped(A, width, "after", write_tv, unroll), factor_grouped(A, width, "loop", write_tv, unroll)
-    for got, want in zip(after, loop):
-        if want is not None:
-            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    after = factor_t_built(A, width, "after", write_tv, unroll)
+    assert_same_factors(after, factor_t_built(A, width, "loop", write_tv, unroll))
 
 
 def test_t_after_applies_only_to_the_whole_grouped_panel():
