@@ -88,6 +88,19 @@ def test_a_slow_warm_up_does_not_spend_the_case_budget():
     assert run.elapsed == pytest.approx(0.5)
 
 
+def test_a_slow_warm_up_does_not_spend_the_later_cases_shares():
+    clock = FakeClock()
+    noisy = lambda i, k: 0.5 * (k % 2)
+    rule = engine.StopRule(min_reps=10, floor_reps=3)
+    shares = {}
+    hook = lambda pos, r, e, share: shares.setdefault(pos, share)
+    fake = FakeTimer([1.0, 1.0], clock, noisy, warm_up_s=30.0)
+    runs = engine.run_bench(fake, [SPEC, SPEC], 2, rule, 1.0, clock, hook)
+    # each case half the second of timing, past 60 s of warm-ups; rounds of 0.02 s
+    assert shares[0] == pytest.approx(0.5) and shares[1] == pytest.approx(0.5)
+    assert runs[1].reason == "budget" and runs[1].rounds >= 25
+
+
 def test_an_unsettled_median_is_named_with_its_fix():
     clock = FakeClock()
     cold = lambda i, k: 90.0 if k % 3 == 0 else 0.01 * (k % 2)   # a cold repetition in each case's 3

@@ -34,8 +34,9 @@ def bench(candidates, selector, budget, target, min_reps, max_reps, json_path, p
     times them (same inputs, outputs checked before timing, L2 flushed, CUDA
     events), interleaved round by round in ABBA order so clock drift hits
     every candidate alike. A case stops once every median's 95% interval is
-    tight (--target) or its share of --budget is spent on timing (a case's
-    warm-up, where the first case compiles, is not charged to its share).
+    tight (--target) or its share of --budget is spent on timing. --budget is
+    timing time: warm-ups, where the first case compiles every candidate, are
+    not charged to it, so the whole run takes longer than --budget.
     A median still too loose to read (a few cold rounds) is named
     after the tables, with the fix.
 
