@@ -67,16 +67,15 @@ fi
 # carried to the device): the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
-# champion's own code, so its ratio there is 1). Queued at 640x512 (docs/perf-log.md, Next): the
-# mid strip at 5 stages (72 KB of shared memory and 168 registers, still three programs an SM),
-# the mid panel in two row tiles (the grouped panel, 384 rows as 256 + 128), and the two together.
-# Their variants live in .gpu/v/, outside the repository: carry .gpu.
+# champion's own code, so its ratio there is 1). Nothing is queued: the twenty-fourth session
+# measured and dropped the last ones (docs/perf-log.md). Experiment variants live in .gpu/v/,
+# outside the repository: carry .gpu.
 AT_SMALL=""
-AT_512=".gpu/v/s5.yaml .gpu/v/rt2.yaml .gpu/v/s5rt2.yaml"
+AT_512=""
 AT_1024=""
 AT_2048_UP=""
 # The queued experiments' GPU twins (pytest -k over test_gpu_kernels.py), run before their benches.
-EXPERIMENT_TWINS=(-k "drivers_pass and (fused or rowtiles-grouped)")
+EXPERIMENT_TWINS=(-k "drivers_pass and fused")
 # graph.mode inplace everywhere: its call phases give each route's one-off cost (decide).
 INPLACE="variants/champion-inplace.yaml"
 # The bench's baseline beside the experiments: the opt-in concurrent graphs (BASELINES= in the
