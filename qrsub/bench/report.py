@@ -279,8 +279,9 @@ def describe_plan(labels: Sequence[str], sources: Sequence[Path], specs: Sequenc
     for label, source in zip(labels, sources):
         how = "variant, built first" if is_variant(Path(source)) else "submission file"
         lines.append(f"  {label:<24} {source}  ({how})")
-    lines.append(f"cases ({len(indices)}), budget {budget:g} s shared among them "
-                 f"(~{budget / max(1, len(indices)):.1f} s each, unused time passes to later cases):")
+    lines.append(f"cases ({len(indices)}), {budget:g} s of timing shared among them "
+                 f"(~{budget / max(1, len(indices)):.1f} s each, warm-ups not counted, unused time passes "
+                 f"to later cases):")
     for i, spec in zip(indices, specs):
         count = input_count(spec["batch"], spec["n"])
         mib = count * spec["batch"] * spec["n"] ** 2 * 4 / 2 ** 20

@@ -16,7 +16,7 @@ from qrsub.files import write_atomic
 @click.option("--cases", "selector", metavar="SEL",
               help="Benchmark cases to run: indices and ranges (0,3,5-7) and/or filters (n=512, case=mixed). Default: all 12.")
 @click.option("--budget", type=click.FloatRange(min=0.0), default=120.0, show_default=True, metavar="S",
-              help="Wall-time budget in seconds for the whole run, shared among the cases.")
+              help="Timing budget in seconds, shared among the cases (warm-ups and compiles not counted).")
 @click.option("--target", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.01, show_default=True, metavar="FRAC",
               help="Stop a case once every median's 95% interval is within ±FRAC of it.")
 @click.option("--min-reps", type=click.IntRange(min=1), default=10, show_default=True, help="Repetitions before the interval rule may stop a case.")
