@@ -7,7 +7,10 @@
 #   bash tools/gpu_plan.sh table      # the closing table: the champion, the previous champion
 #                                     # (.gpu/champion-prev.py, if built and carried) and
 #                                     # champion-concurrent on all 12 cases, then torch.geqrf in a
-#                                     # run of its own (~8 min)
+#                                     # run of its own (~8 min; TABLE_BUDGET=300 and GEQRF_BUDGET=100
+#                                     # seconds of timing, GEQRF_BUDGET=0 leaves geqrf out)
+#   bash tools/gpu_plan.sh bits A B   # do builds A and B factor the 640x512 cases' inputs to the same
+#                                     # bits (tools/same_bits.py; ~1 min cold)
 #   GPU_PLAN_CARD=H200 bash tools/gpu_plan.sh table   # any stage, on an H200 only (else it stops at once)
 #   bash tools/gpu_plan.sh coop       # the cooperative panel's experiments: twins, bench at n >= 2048 (~5 min)
 #   bash tools/gpu_plan.sh twins      # the general list of GPU twins (~5 min)
@@ -28,6 +31,7 @@
 set -u
 case "${1:-}" in
 check|table|coop|twins|means|decide) ;;
+bits) [ -n "${3:-}" ] || { echo "bits needs two builds: bash tools/gpu_plan.sh bits variants/champion.yaml variants/NAME.yaml" >&2; exit 2; } ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
 ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
 ranked) [ -n "${3:-}" ] || { echo "ranked needs a variant and cases: bash tools/gpu_plan.sh ranked variants/NAME.yaml 0-5" >&2; exit 2; } ;;
@@ -85,6 +89,9 @@ BASELINES=${BASELINES-"variants/champion-concurrent.yaml"}
 # about a second at 640x512 slow the calls that follow them, so the champion's 640x512 read
 # 4,490 us beside it and 4,291 without it (twenty-third session, H200).
 GEQRF=${GEQRF-"variants/geqrf.yaml"}
+# The table's timing budgets in seconds (qrsub bench --budget: warm-ups and compiles come on top).
+TABLE_BUDGET=${TABLE_BUDGET:-300}
+GEQRF_BUDGET=${GEQRF_BUDGET:-100}
 
 case "${1:-}" in
 check)
@@ -111,12 +118,17 @@ check)
 table)
     # The issue's closing table: every benchmark case, the champion beside the previous one and
     # champion-concurrent (BASELINES= leaves it out); then torch.geqrf's ratio, alone beside the champion.
-    timeout 420 python3 -m qrsub bench variants/champion.yaml $PREVIOUS $BASELINES --budget 300 --target 0.002 \
-        --json "$OUT/bench-table.json" 2>&1 | tee "$OUT/bench-table.txt" | tail -45
-    if [ -n "$GEQRF" ]; then
-        timeout 200 python3 -m qrsub bench variants/champion.yaml $GEQRF --budget 100 --target 0.01 \
-            --json "$OUT/bench-geqrf.json" 2>&1 | tee "$OUT/bench-geqrf.txt" | tail -8
+    timeout $((TABLE_BUDGET + 120)) python3 -m qrsub bench variants/champion.yaml $PREVIOUS $BASELINES \
+        --budget "$TABLE_BUDGET" --target 0.002 --json "$OUT/bench-table.json" 2>&1 | tee "$OUT/bench-table.txt" | tail -45
+    if [ -n "$GEQRF" ] && [ "$GEQRF_BUDGET" != 0 ]; then
+        timeout $((GEQRF_BUDGET + 100)) python3 -m qrsub bench variants/champion.yaml $GEQRF --budget "$GEQRF_BUDGET" \
+            --target 0.01 --json "$OUT/bench-geqrf.json" 2>&1 | tee "$OUT/bench-geqrf.txt" | tail -8
     fi
+    ;;
+bits)
+    # A knob that only reschedules work should leave the factors' bits as they were; where it
+    # does, the seeds figures of A carry over to B.
+    timeout 200 python3 tools/same_bits.py "$2" "$3" 2>&1 | tee "$OUT/bits-$(basename "$3" .yaml).txt" | tail -6
     ;;
 coop)
     # The cooperative panel's GPU twins first (a hang ends at the timeout), then the bench of
