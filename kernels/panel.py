@@ -254,6 +254,27 @@ def t_from_gram_rows(g_ptr, g_ld, BB: tl.constexpr):
 
 
 @triton.jit
+def t_from_gram_doubling(g_ptr, g_ld, BB: tl.constexpr):
+    """t_from_gram_rows' T by doubling instead of a chain of BB steps: T starts as diag(tau),
+    and each level joins neighbouring diagonal blocks of size s into [[T1, -T1 S12 T2], [0, T2]],
+    where S12 = V1^T V2 is the Gram block between them. T being block diagonal at size s,
+    T - T (S masked to those blocks) T is exactly that, so a level is two BB x BB products (fp32
+    FMAs), log2(BB) levels in all. The caller orders the rows' stores before this load."""
+    r = tl.arange(0, BB)[:, None]
+    c = tl.arange(0, BB)[None, :]
+    # S[r, c] = v_r^T v_c above the diagonal (row c's entry r as gram_step stored it), tau_r on it.
+    S = tl.load(g_ptr + c * g_ld + r, mask=r <= c, other=0.0)
+    T = tl.where(r == c, S, 0.0)
+    for level in tl.static_range(7):  # BB <= 128
+        if (1 << level) < BB:
+            s = 1 << level
+            joined = (r // (2 * s) == c // (2 * s)) & ((r // s) % 2 == 0) & ((c // s) % 2 == 1)
+            TS = tl.dot(T, tl.where(joined, S, 0.0), input_precision="ieee")
+            T = T - tl.dot(TS, T, input_precision="ieee")
+    return T
+
+
+@triton.jit
 def load_slice(src_ptr, pid, n, panel_off, rows, cols, L, bw, BB: tl.constexpr, FULL: tl.constexpr):
     """The panel rows `rows` of matrix pid (zero outside L x bw), with their offsets and
     mask for the final store, and the zero T and tau the reflector loop starts from.
@@ -334,7 +355,7 @@ def householder_panel_kernel(
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
     SHUFFLE: tl.constexpr, PENDING: tl.constexpr, YB: tl.constexpr, PRE_BM: tl.constexpr,
     PRE_APPLY: tl.constexpr, SPLIT: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr,
-    T_AFTER: tl.constexpr, SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, TAU_SLOT: tl.constexpr, PRE_SLOT: tl.constexpr,
+    T_BUILD: tl.constexpr, SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, TAU_SLOT: tl.constexpr, PRE_SLOT: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Grid: (batch,). Program i owns the whole panel of matrix i (panel_program).
@@ -362,7 +383,7 @@ def householder_panel_kernel(
     else:
         panel_program(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid,
                       n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
-                      BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE, V_PARTS, APPROX, T_AFTER)
+                      BL, BB, WRITE_T, WRITE_V, FULL, BL2, UNROLL, GROUPED, SHUFFLE, V_PARTS, APPROX, T_BUILD)
 
 
 @triton.jit
@@ -371,7 +392,7 @@ def panel_program(
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     FULL: tl.constexpr, BL2: tl.constexpr, UNROLL: tl.constexpr, GROUPED: tl.constexpr,
-    SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr, T_AFTER: tl.constexpr,
+    SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr, T_BUILD: tl.constexpr,
 ):
     """One program factors the whole panel of matrix pid (an int64 index).
 
@@ -394,8 +415,8 @@ def panel_program(
     are zero (the load masks them), so their reflectors are the identity (tau 0).
 
     GROUPED (PanelKnobs.broadcast shuffle, where householder_panel allows it) runs
-    panel_program_grouped instead, SHUFFLE its indexed shuffle, T_AFTER (PanelKnobs.t_build
-    after) its T built after the loop. APPROX (PanelKnobs.reciprocal approx): the reflectors'
+    panel_program_grouped instead, SHUFFLE its indexed shuffle, T_BUILD (PanelKnobs.t_build)
+    where and how its T is built. APPROX (PanelKnobs.reciprocal approx): the reflectors'
     reciprocals by the hardware's alone (reflector).
 
     Invariants: BL + BL2 >= L; BL >= BB when BL2 > 0; BL, BL2 (when not 0) and BB >= bw are
@@ -405,7 +426,7 @@ def panel_program(
     if GROUPED:
         panel_program_grouped(src_ptr, dst_ptr, tau_ptr, t_ptr, v_ptr, pid, n, L, bw, panel_off, tau_off,
                               t_bs, t_ld, v_row_off, v_col_off, v_ld, BL, BB, BL2, WRITE_T, WRITE_V, UNROLL,
-                              SHUFFLE, V_PARTS, APPROX, T_AFTER)
+                              SHUFFLE, V_PARTS, APPROX, T_BUILD)
         return
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
@@ -439,15 +460,15 @@ def panel_program_grouped(
     n, L, bw, panel_off, tau_off, t_bs, t_ld, v_row_off, v_col_off, v_ld,
     BL: tl.constexpr, BB: tl.constexpr, BL2: tl.constexpr, WRITE_T: tl.constexpr, WRITE_V: tl.constexpr,
     UNROLL: tl.constexpr, SHUFFLE: tl.constexpr, V_PARTS: tl.constexpr, APPROX: tl.constexpr,
-    T_AFTER: tl.constexpr,
+    T_BUILD: tl.constexpr,
 ):
     """panel_program for PanelKnobs.broadcast shuffle: one row tile, bw == BB, the rows
     16-byte aligned. The tile is loaded as (BL, BB) and reshaped to (BL, BB // 4, 4), which
     keeps its layout (4 columns a thread, a row's groups on consecutive lanes); T is held the
-    same way, (BB, BB // 4, 4). T_AFTER (PanelKnobs.t_build after): the loop stores each
-    reflector's Gram row into T's place instead (gram_step), and T is built from those rows
-    once the loop is done (t_from_gram_rows), so the loop carries no T. BL2 > 0 (PanelKnobs.row_tiles
-    2; not with T_AFTER): a second tile of rows [BL, BL + BL2), held the same way
+    same way, (BB, BB // 4, 4). T_BUILD (PanelKnobs.t_build) after or doubling: the loop
+    stores each reflector's Gram row into T's place instead (gram_step), and T is built from
+    those rows once the loop is done (t_from_gram_rows or t_from_gram_doubling), so the loop
+    carries no T. BL2 > 0 (PanelKnobs.row_tiles 2; only with T_BUILD loop): a second tile of rows [BL, BL + BL2), held the same way
     (grouped_tiles_step)."""
     rows = tl.arange(0, BL)
     cols = tl.arange(0, BB)
@@ -463,7 +484,7 @@ def panel_program_grouped(
     T = tl.zeros((BB, G, 4), dtype=tl.float32)
     taus = tl.zeros((G, 4), dtype=tl.float32)
     g_ptr = t_ptr + pid * t_bs
-    if T_AFTER:
+    if T_BUILD != "loop":
         if UNROLL == 0:
             for k in range(0, bw):
                 P, taus = gram_step(P, taus, rows[:, None], cols2, k, g_ptr, t_ld, SHUFFLE, WRITE_T, APPROX)
@@ -492,15 +513,20 @@ def panel_program_grouped(
     P2 = tl.reshape(P, (BL, BB))
     tl.store(dst_ptr + pid * n * n + offs, P2, mask=in_panel)
     tl.store(tau_ptr + pid * n + tau_off + tl.reshape(cols2, (BB,)), tl.reshape(taus, (BB,)))
+    if WRITE_V and T_BUILD != "loop":  # before T: built after the loop, T finds the tile's registers free
+        store_v(v_ptr, P2, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, V_PARTS)
     if WRITE_T:
-        if T_AFTER:
+        if T_BUILD != "loop":
             tl.debug_barrier()  # every Gram row stored before any is read
-            T2 = t_from_gram_rows(g_ptr, t_ld, BB)
+            if T_BUILD == "doubling":
+                T2 = t_from_gram_doubling(g_ptr, t_ld, BB)
+            else:
+                T2 = t_from_gram_rows(g_ptr, t_ld, BB)
             tl.debug_barrier()  # every row read before T takes their place
         else:
             T2 = tl.reshape(T, (BB, BB))
         tl.store(g_ptr + cols[:, None] * t_ld + cols[None, :], T2)
-    if WRITE_V:
+    if WRITE_V and T_BUILD == "loop":  # after T: there, storing V first lengthens the stack (ptxas)
         store_v(v_ptr, P2, rows, cols, L, bw, pid, n, v_row_off, v_col_off, v_ld, V_PARTS)
     if BL2 > 0:
         Q2 = tl.reshape(Q, (BL2, BB))
@@ -569,7 +595,7 @@ def left_reflector_on_right(src, dst, n, L, T1, HB: tl.constexpr, BM: tl.constex
         v = unit_lower(tl.load(dst + rm[:, None] * n + left[None, :], mask=m, other=0.0), rm, left, L)
         c = tl.load(src + rm[:, None] * n + right[None, :], mask=m, other=0.0)
         W = dot_prec(tl.trans(v), c, W, SPLIT_PRECISION)
-    W = tl.dot(tl.trans(T1), W, input_precision="ieee")
+    W = tl.dot(tl.trans(T1), W, input_precision="tf32x3")
     for r0 in tl.range(0, L, BM):
         rm = r0 + tl.arange(0, BM)
         m = rm[:, None] < L
@@ -648,8 +674,8 @@ def panel_program_split(
                      HB, HB, BL, WRITE_V, UNROLL, SHUFFLE, V_PARTS, APPROX)
     if WRITE_T:
         tl.debug_barrier()
-        cross = -tl.dot(T1, tl.dot(halves_gram(dst, n, L, HB, BM), T2, input_precision="ieee"),
-                        input_precision="ieee")
+        cross = -tl.dot(T1, tl.dot(halves_gram(dst, n, L, HB, BM), T2, input_precision="tf32x3"),
+                        input_precision="tf32x3")
         left = tl.arange(0, HB)
         right = HB + left
         t_at = t_ptr + pid * t_bs
@@ -782,7 +808,7 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
                      SPLIT=one_tile and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH
                      and BL * (BB // 2) >= 4 * 32 * num_warps, V_PARTS=v_parts,
                      APPROX=approx_reciprocals(knobs.reciprocal))
-    constants["T_AFTER"] = one_tile and not constants["SPLIT"] and knobs.t_build == "after"
+    constants["T_BUILD"] = knobs.t_build if one_tile and not constants["SPLIT"] else "loop"
     pre_args, pre_constants = pending_launch(pending, src, j)
     table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst, TAU_SLOT=tau,
                                    PRE_SLOT=pending.src if pending is not None else None)

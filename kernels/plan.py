@@ -26,8 +26,8 @@ BROADCASTS = ("sum", "shuffle")
 # PanelKnobs.reciprocal (panel.reflector): how a reflector forms 1 / (alpha - beta) and 1 / beta.
 RECIPROCALS = ("div", "approx")
 # PanelKnobs.t_build (panel.py, the grouped panel): T's recurrence inside the reflector loop, or
-# after it from the Gram rows the loop stores.
-T_BUILDS = ("loop", "after")
+# after it from the Gram rows the loop stores, by the same recurrence or by doubling.
+T_BUILDS = ("loop", "after", "doubling")
 # PanelKnobs.sigma (warp.py, the warp driver alone): where a reflector's ||tail||^2 comes from.
 SIGMAS = ("broadcast", "own")
 # The warp driver (warp.py) holds a matrix's columns one a lane: its routes end at this n.
@@ -219,9 +219,11 @@ class PanelKnobs:
     t_build: str = knob("loop", OneOf(T_BUILDS), "where the grouped panel (broadcast shuffle, one row tile, not "
                                                  "split) builds its block reflector's T: loop (column k of the "
                                                  "recurrence with reflector k, a product summed across lanes "
-                                                 "inside the loop) or after (the loop stores each reflector's "
-                                                 "Gram row in T's place, and T is built from them after the "
-                                                 "loop); the other panels build it in the loop")
+                                                 "inside the loop), after (the loop stores each reflector's "
+                                                 "Gram row in T's place, and the same recurrence builds T from "
+                                                 "them after the loop) or doubling (as after, but T is built in "
+                                                 "log2(width) levels of two small products each, not a chain "
+                                                 "of width steps); the other panels build it in the loop")
     sigma: str = knob("broadcast", OneOf(SIGMAS), "the warp driver's ||tail||^2 for reflector k (its other "
                                                  "panels have it from the reduction that forms the "
                                                  "projections): broadcast (each lane sums the squares of the "

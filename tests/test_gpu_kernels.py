@@ -144,6 +144,7 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
     case("rowtiles-grouped", "blocked", 520, panel=dict(SHUFFLE32, row_tiles=2, reciprocal="approx"), strip=FUSED),
     # T built after the reflector loop from the Gram rows it stores (panel.t_build after)
     case("tafter", "blocked", 520, panel=dict(SHUFFLE32, reciprocal="approx", t_build="after"), strip=FUSED),
+    case("tdoubling", "blocked", 520, panel=dict(SHUFFLE32, reciprocal="approx", t_build="doubling"), strip=FUSED),
     case("rcp-rowtiles", "blocked", 352, panel=dict(width=16, row_tiles=2, reciprocal="approx"),
          strip=dict(bm=32, bn=32)),
     case("rcp-split", "blocked", 520, panel=dict(SHUFFLE32, split=2, reciprocal="approx"), strip=FUSED),
@@ -522,15 +523,16 @@ def test_grouped_panel_shuffle_on_gpu(n, width, warps):
 
 @pytest.mark.parametrize("n,width,warps", [(512, 32, 4), (256, 32, 2), (128, 32, 1), (176, 16, 4)])
 def test_t_built_after_the_loop_on_gpu(n, width, warps):
-    """panel.t_build after, compiled (its barriers order the Gram rows' stores before the loads
+    """panel.t_build after and doubling, compiled (their barriers order the Gram rows' stores before the loads
     that build T, which the interpreter's one thread never tests): the in-loop T's factors."""
     A = gpu_matrices(3, n)
     outs = {t_build: gpu_panel_factors(A, PanelKnobs(width=width, num_warps=warps, unroll=4, broadcast="shuffle",
                                                      reciprocal="approx", t_build=t_build))
             for t_build in plan.T_BUILDS}
-    assert outs["after"][-1]["T_AFTER"], "T was built after the loop"
-    for got, want in zip(outs["after"][:-1], outs["loop"][:-1]):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    for t_build in ("after", "doubling"):
+        assert outs[t_build][-1]["T_BUILD"] == t_build, f"T was built {t_build}"
+        for got, want in zip(outs[t_build][:-1], outs["loop"][:-1]):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
 def test_triton_tf32_rounds_like_cublas():

@@ -11,7 +11,7 @@ import torch
 from kernel_helpers import harness_check, route, sass_load_layouts, sass_loop_count, sass_loop_lines, special_matrices
 
 from qrsub.kernels.blocked import qr_blocked
-from qrsub.kernels.naive import panel_ref
+from qrsub.kernels.naive import larft, panel_ref
 from qrsub.kernels.panel import householder_panel, panel_launch
 from qrsub.kernels.plan import PanelKnobs
 
@@ -21,7 +21,7 @@ def factor(A, knobs, j=0, write_tv=True):
     """Panel columns [j, j+knobs.width) of A with these PanelKnobs: (H, tau, T, V), with H the
     whole matrix (only the panel's rows and columns written), tau the panel's, and T and V None
     where write_tv is False (a last panel); and the launch's constants (BL, BL2, GROUPED, SPLIT,
-    T_AFTER...)."""
+    T_BUILD...)."""
     batch, n, _ = A.shape
     width = knobs.width
     H, tau = A.clone(), torch.zeros(batch, n, device=A.device)
@@ -103,7 +103,7 @@ def test_two_row_tiles_leave_split_and_t_after_to_one_tile():
     knobs = PanelKnobs(width=32, num_warps=1, unroll=4, broadcast="shuffle", row_tiles=2, split=2, t_build="after")
     constants = panel_launch(X, X, torch.zeros(2, 96), None, None, 0, 32, knobs=knobs)[1]
     assert (constants["BL"], constants["BL2"], constants["GROUPED"]) == (64, 32, True)
-    assert not constants["SPLIT"] and not constants["T_AFTER"]
+    assert not constants["SPLIT"] and constants["T_BUILD"] == "loop"
 
 
 def test_each_row_tile_gets_the_layout_the_shuffle_needs():
@@ -228,20 +228,36 @@ def factor_t_built(A, width, t_build, write_tv=True, unroll=4):
     """Panel columns [0, width) of A on the grouped panel (2 warps) with T built as t_build."""
     knobs = PanelKnobs(width=width, num_warps=2, unroll=unroll, broadcast="shuffle", t_build=t_build)
     factors, constants = factor(A, knobs, 0, write_tv)
-    assert constants["T_AFTER"] == (t_build == "after")
+    assert constants["T_BUILD"] == t_build
     return factors
 
 
+@pytest.mark.parametrize("t_build", ["after", "doubling"])
 @pytest.mark.parametrize("n,width,unroll,write_tv", [(48, 16, 4, True), (64, 32, 4, True), (48, 16, 0, True),
-                                                     (48, 16, 4, False)])
-def test_t_built_after_the_loop_is_the_loops_t(n, width, unroll, write_tv):
-    """panel.t_build after: the loop stores each reflector's Gram row in T's place and T is
-    formed from them after it; H, tau, T and V as the in-loop recurrence gives them, on the
-    special matrices (a zero column, a zero matrix, the identity, rank deficiency). write_tv
-    False: a last panel, where nothing is stored in T's place."""
+                                                     (48, 16, 4, False), (80, 16, 4, True)])
+def test_t_built_after_the_loop_is_the_loops_t(n, width, unroll, write_tv, t_build):
+    """panel.t_build after and doubling: the loop stores each reflector's Gram row in T's place
+    and T is formed from them after it; H, tau, T and V as the in-loop recurrence gives them, on
+    the special matrices (a zero column, a zero matrix, the identity, rank deficiency). write_tv
+    False: a last panel, where nothing is stored in T's place. n 80: rows padded to 128."""
     A = special_matrices(n, batch=5)
-    after = factor_t_built(A, width, "after", write_tv, unroll)
+    after = factor_t_built(A, width, t_build, write_tv, unroll)
     assert_same_factors(after, factor_t_built(A, width, "loop", write_tv, unroll))
+
+
+def test_t_by_doubling_is_the_compact_wy_factor():
+    """t_build doubling's T against naive.larft's from the panel's own V and tau, and against
+    the product of the reflectors themselves: I - V T V^T = H_1 ... H_k."""
+    A = special_matrices(64, batch=5)
+    H, tau, T, V = factor_t_built(A, 32, "doubling")
+    for i in range(A.shape[0]):
+        v, t = V[i, :, :32].double(), T[i].double()
+        q = torch.eye(64, dtype=torch.float64)
+        for k in range(32):
+            q = q @ (torch.eye(64, dtype=torch.float64) - tau[i, k].double() * torch.outer(v[:, k], v[:, k]))
+        torch.testing.assert_close(t, larft(v, tau[i].double()), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(torch.eye(64, dtype=torch.float64) - v @ t @ v.T, q, atol=2e-6, rtol=0)
+        assert torch.equal(t, t.triu())
 
 
 def test_t_after_applies_only_to_the_whole_grouped_panel():
@@ -249,18 +265,19 @@ def test_t_after_applies_only_to_the_whole_grouped_panel():
     t_build after leaves both as they are."""
     X = torch.zeros(2, 64, 64)
 
-    def t_after(broadcast, split=1):
+    def t_build(broadcast, split=1):
         knobs = PanelKnobs(width=32, num_warps=4, unroll=4, broadcast=broadcast, split=split, t_build="after")
-        return panel_launch(X, X, torch.zeros(2, 64), None, None, 32, 32, knobs=knobs)[1]["T_AFTER"]
+        return panel_launch(X, X, torch.zeros(2, 64), None, None, 32, 32, knobs=knobs)[1]["T_BUILD"]
 
-    assert t_after("shuffle")
-    assert not t_after("shuffle", split=2)
-    assert not t_after("sum")
+    assert t_build("shuffle") == "after"
+    assert t_build("shuffle", split=2) == "loop"
+    assert t_build("sum") == "loop"
 
 
-def test_blocked_qr_with_t_built_after_passes_the_gate():
+@pytest.mark.parametrize("t_build", ["after", "doubling"])
+def test_blocked_qr_with_t_built_after_passes_the_gate(t_build):
     A = special_matrices(64, batch=3)
-    H, tau = qr_blocked(A, route(panel=dict(width=16, broadcast="shuffle", unroll=4, t_build="after")))
+    H, tau = qr_blocked(A, route(panel=dict(width=16, broadcast="shuffle", unroll=4, t_build=t_build)))
     H0, tau0 = qr_blocked(A, route(panel=dict(width=16, broadcast="shuffle", unroll=4)))
     torch.testing.assert_close(H, H0, atol=1e-5, rtol=1e-4)  # T's sums run in another order
     assert harness_check(A, H, tau) < 0.5

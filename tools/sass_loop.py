@@ -91,11 +91,13 @@ def argument_type(name: str, int_ptrs=()) -> str:
 def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=(), arch: int = 90):
     """fn compiled for sm_ARCH (90: Hopper, the lent H200; 100: Blackwell, the leaderboard's B200): every argument not in constants a pointer (named *_ptr) or an int,
     all divisible by 16 but those fn does not specialize on alignment (as the launcher). A
-    relocation slot (*_SLOT) not given is NO_SLOT, PDL, V_PARTS, LATE_WAIT, TAIL, APPROX, T_AFTER and
-    RESET are off unless given, and the cooperative panel's NSLOTS is BB + RESET."""
+    relocation slot (*_SLOT) not given is NO_SLOT, PDL, V_PARTS, LATE_WAIT, TAIL, APPROX and
+    RESET are off and T_BUILD is loop unless given, and the cooperative panel's NSLOTS is BB + RESET."""
     defaults = {a: -1 for a in fn.arg_names if a.endswith("_SLOT")}
-    defaults.update({a: False for a in ("PDL", "V_PARTS", "LATE_WAIT", "TAIL", "APPROX", "T_AFTER", "RESET")
+    defaults.update({a: False for a in ("PDL", "V_PARTS", "LATE_WAIT", "TAIL", "APPROX", "RESET")
                      if a in fn.arg_names})
+    if "T_BUILD" in fn.arg_names:
+        defaults["T_BUILD"] = "loop"
     if "NSLOTS" in fn.arg_names and "BB" in constants:
         defaults["NSLOTS"] = constants["BB"] + int(bool(constants.get("RESET", False)))
     constants = {**defaults, **constants}
@@ -112,11 +114,11 @@ def compile_kernel(fn, constants: dict, warps: int, maxnreg: int = 0, int_ptrs=(
 
 
 def compile_panel(BL, BB, warps, unroll, grouped, maxnreg=0, pending=False, split=False, v_parts=False,
-                  approx=False, arch=90, t_after=False, BL2=0):
+                  approx=False, arch=90, t_build="loop", BL2=0):
     panel = kernel_module("panel")
     constants = dict(BL=BL, BB=BB, WRITE_T=True, WRITE_V=True, FULL=True, BL2=BL2, UNROLL=unroll,
                      GROUPED=grouped, SHUFFLE=grouped, PENDING=pending, YB=BB, PRE_BM=panel.PENDING_ROWS,
-                     PRE_APPLY="fp16x3", SPLIT=split, V_PARTS=v_parts, APPROX=approx, T_AFTER=t_after)
+                     PRE_APPLY="fp16x3", SPLIT=split, V_PARTS=v_parts, APPROX=approx, T_BUILD=t_build)
     return compile_kernel(panel.householder_panel_kernel, constants, warps, maxnreg,
                           ("v_ptr",) if v_parts else (), arch)
 
@@ -218,8 +220,8 @@ def main():
     parser.add_argument("--v-parts", action="store_true", help="V stored as its packed fp16x3 parts (strip.v_parts)")
     parser.add_argument("--approx", action="store_true",
                         help="the reflectors' reciprocals by rcp.approx alone (panel.reciprocal approx)")
-    parser.add_argument("--t-after", action="store_true",
-                        help="with --grouped: T built after the reflector loop (panel.t_build after)")
+    parser.add_argument("--t-build", default="loop", choices=kernel_module("plan").T_BUILDS,
+                        help="with --grouped: where and how T is built (panel.t_build)")
     parser.add_argument("--arch", type=int, default=90, choices=(90, 100),
                         help="the compile target: 90 (sm_90, Hopper: the H200) or 100 (sm_100, Blackwell: the "
                              "leaderboard's B200), for comparing the layouts the shuffles need")
@@ -239,7 +241,7 @@ def main():
                                 args.int_ptr, args.arch)
     else:
         kernel = compile_panel(args.bl, args.bb, args.warps, args.unroll, args.grouped, args.maxnreg, args.pending,
-                               args.split, args.v_parts, args.approx, args.arch, args.t_after, args.bl2)
+                               args.split, args.v_parts, args.approx, args.arch, args.t_build, args.bl2)
     if args.load_layouts:
         for layout in load_layouts(kernel.asm["ttgir"]):
             print(f"load: {layout}")
