@@ -67,8 +67,9 @@ if [ "$GPU_PLAN_DEPTH" = 1 ]; then
     [ -f .gpu/triton-cache.tgz ] && python3 tools/gpu_cache.py unpack .gpu/triton-cache.tgz "$TRITON_CACHE_DIR"
     trap 'python3 tools/gpu_cache.py pack "$TRITON_CACHE_DIR" "$OUT/triton-cache.tgz"' EXIT
 fi
-# The previous champion, if built there (`qrsub build <its variant> -o .gpu/champion-prev.py`,
-# carried to the device): the bench's "before".
+# The previous champion, if built there as its commit had it (`python3 tools/build_at.py COMMIT
+# -o .gpu/champion-prev.py`: that commit's variant, kernels and template) and carried to the
+# device: the bench's "before".
 PREVIOUS=$(ls .gpu/champion-prev.py 2>/dev/null)
 # The experiments, by the cases their routes serve (a variant's other routes are the
 # champion's own code, so its ratio there is 1). Nothing is queued: the twenty-fourth session
