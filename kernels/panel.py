@@ -709,10 +709,10 @@ def row_tiles_of(L: int, row_tiles: int, BB: int = MIN_DOT_WIDTH) -> tuple:
     return BL, 0
 
 
-def by_rows(rule, rows: int) -> int:
+def by_rows(rule, rows: int):
     """A plan.ByRows knob's value for a panel of ROWS padded rows (PanelKnobs.num_warps,
-    max_registers): an int, or ((rows_max, value), ...) (rows_max None = any)."""
-    if isinstance(rule, int):
+    max_registers, t_build): one value, or ((rows_max, value), ...) (rows_max None = any)."""
+    if not isinstance(rule, (list, tuple)):
         return rule
     for rows_max, value in rule:
         if rows_max is None or rows <= rows_max:
@@ -808,7 +808,7 @@ def panel_launch(src, dst, tau, T, V, j, bw, *, knobs, v_col_off=0, v_row_off=No
                      SPLIT=one_tile and knobs.split == 2 and BB >= 2 * MIN_DOT_WIDTH
                      and BL * (BB // 2) >= 4 * 32 * num_warps, V_PARTS=v_parts,
                      APPROX=approx_reciprocals(knobs.reciprocal))
-    constants["T_BUILD"] = knobs.t_build if one_tile and not constants["SPLIT"] else "loop"
+    constants["T_BUILD"] = by_rows(knobs.t_build, BL) if one_tile and not constants["SPLIT"] else "loop"
     pre_args, pre_constants = pending_launch(pending, src, j)
     table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst, TAU_SLOT=tau,
                                    PRE_SLOT=pending.src if pending is not None else None)

@@ -216,14 +216,15 @@ class PanelKnobs:
                                                     "(the hardware reciprocal alone, rcp.approx.ftz: 1 ulp; GPU "
                                                     "only, the interpreter divides); every driver's panels (geqrf, "
                                                     "with none, ignores it)")
-    t_build: str = knob("loop", OneOf(T_BUILDS), "where the grouped panel (broadcast shuffle, one row tile, not "
+    t_build: object = knob("loop", ByRows(OneOf(T_BUILDS)), "where the grouped panel (broadcast shuffle, one row tile, not "
                                                  "split) builds its block reflector's T: loop (column k of the "
                                                  "recurrence with reflector k, a product summed across lanes "
                                                  "inside the loop), after (the loop stores each reflector's "
                                                  "Gram row in T's place, and the same recurrence builds T from "
                                                  "them after the loop) or doubling (as after, but T is built in "
                                                  "log2(width) levels of two small products each, not a chain "
-                                                 "of width steps); the other panels build it in the loop")
+                                                 "of width steps), or [[rows_max, value], ...] by the padded "
+                                                 "height; the other panels build it in the loop")
     sigma: str = knob("broadcast", OneOf(SIGMAS), "the warp driver's ||tail||^2 for reflector k (its other "
                                                  "panels have it from the reduction that forms the "
                                                  "projections): broadcast (each lane sums the squares of the "

@@ -281,3 +281,14 @@ def test_blocked_qr_with_t_built_after_passes_the_gate(t_build):
     H0, tau0 = qr_blocked(A, route(panel=dict(width=16, broadcast="shuffle", unroll=4)))
     torch.testing.assert_close(H, H0, atol=1e-5, rtol=1e-4)  # T's sums run in another order
     assert harness_check(A, H, tau) < 0.5
+
+
+def test_t_build_by_the_panels_height():
+    """panel.t_build as [[rows_max, value], ...]: each panel takes the value of its padded height
+    (512 rows after, 256 and fewer loop), as num_warps does."""
+    X = torch.zeros(2, 512, 512)
+    knobs = PanelKnobs(width=32, num_warps=((128, 1), (None, 4)), unroll=4, broadcast="shuffle",
+                       t_build=((256, "loop"), (None, "after")))
+    built = {512 - j: panel_launch(X, X, torch.zeros(2, 512), None, None, j, 32, knobs=knobs)[1]["T_BUILD"]
+             for j in (0, 224, 256, 384)}
+    assert built == {512: "after", 288: "after", 256: "loop", 128: "loop"}
