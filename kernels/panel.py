@@ -595,7 +595,7 @@ def left_reflector_on_right(src, dst, n, L, T1, HB: tl.constexpr, BM: tl.constex
         v = unit_lower(tl.load(dst + rm[:, None] * n + left[None, :], mask=m, other=0.0), rm, left, L)
         c = tl.load(src + rm[:, None] * n + right[None, :], mask=m, other=0.0)
         W = dot_prec(tl.trans(v), c, W, SPLIT_PRECISION)
-    W = tl.dot(tl.trans(T1), W, input_precision="tf32x3")
+    W = tl.dot(tl.trans(T1), W, input_precision="ieee")
     for r0 in tl.range(0, L, BM):
         rm = r0 + tl.arange(0, BM)
         m = rm[:, None] < L
@@ -674,8 +674,8 @@ def panel_program_split(
                      HB, HB, BL, WRITE_V, UNROLL, SHUFFLE, V_PARTS, APPROX)
     if WRITE_T:
         tl.debug_barrier()
-        cross = -tl.dot(T1, tl.dot(halves_gram(dst, n, L, HB, BM), T2, input_precision="tf32x3"),
-                        input_precision="tf32x3")
+        cross = -tl.dot(T1, tl.dot(halves_gram(dst, n, L, HB, BM), T2, input_precision="ieee"),
+                        input_precision="ieee")
         left = tl.arange(0, HB)
         right = HB + left
         t_at = t_ptr + pid * t_bs
