@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from qrsub.build import BuildError, build_submission
+from qrsub.build import BuildError, build_submission, default_template
 
 # What a build reads besides qrsub itself.
 BUILD_INPUTS = ("variants", "kernels", "templates")
@@ -40,7 +40,7 @@ def build_at(commit: str, variant: str, out: Path) -> None:
         source = root / variant
         if not source.is_file():
             raise SystemExit(f"build_at: {commit} has no {variant}")
-        template = next((root / "templates").glob("*.j2"))
+        template = root / "templates" / default_template().name
         build_submission(source, out, kernels_dir=root / "kernels", template=template)
     print(f"wrote {out} ({variant} as of {commit})")
 
