@@ -1,14 +1,15 @@
-"""Build a variant as an earlier commit had it: that commit's variant file, kernels and template.
+"""Build a variant as an earlier commit had it: that commit's qrsub, kernels, template and variant.
 
 A bench's "before" column is the previous champion as it was, not its knobs on today's kernels
-(`qrsub build` of an old variant file reads the checkout's kernels/). This takes the commit's
-variants/, kernels/ and templates/ out of git into a temporary folder and builds from there:
+(`qrsub build` of an old variant file reads the checkout's kernels/), nor its kernels with
+today's knob schema (a knob added since would be passed to kernels that do not know it). This
+takes the commit's qrsub/ and the folders installed under it out of git into a temporary
+folder, laid out as the installed package, and runs that commit's own `qrsub build` there:
 
     python tools/build_at.py 0ef2056 -o .gpu/champion-prev.py          # variants/champion.yaml
     python tools/build_at.py HEAD~3 variants/champion-concurrent.yaml -o /tmp/before.py
 
-The variant is checked by today's schema (qrsub.variant), so a knob since removed is an error
-that names it. Run from inside the repository.
+Run from inside the repository.
 """
 import argparse
 import io
@@ -18,31 +19,45 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from qrsub.build import BuildError, build_submission, default_template
-
-# What a build reads besides qrsub itself.
-BUILD_INPUTS = ("variants", "kernels", "templates")
+# The folders installed as qrsub.<name> (pyproject.toml's package-dir), besides qrsub/ itself.
+MAPPED = ("kernels", "submit", "task", "variants", "templates")
 
 
-def export(commit: str, into: Path) -> None:
-    """BUILD_INPUTS as COMMIT has them, unpacked under INTO."""
-    done = subprocess.run(["git", "archive", "--format=tar", commit, *BUILD_INPUTS], capture_output=True)
+def git(*args: str) -> bytes:
+    done = subprocess.run(["git", *args], capture_output=True)
     if done.returncode != 0:
-        raise SystemExit(f"build_at: git archive {commit}: {done.stderr.decode().strip()}")
-    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
-        tar.extractall(into, filter="data")
+        raise SystemExit(f"build_at: git {' '.join(args)}: {done.stderr.decode().strip()}")
+    return done.stdout
 
 
-def build_at(commit: str, variant: str, out: Path) -> None:
+def export(commit: str, package: Path) -> None:
+    """COMMIT's qrsub/ as PACKAGE, and each MAPPED folder it has as PACKAGE/<name>."""
+    present = set(git("ls-tree", "--name-only", commit).decode().split())
+    for name in ("qrsub", *MAPPED):
+        if name not in present:
+            continue
+        with tarfile.open(fileobj=io.BytesIO(git("archive", "--format=tar", commit, name))) as tar:
+            for member in tar.getmembers():
+                # qrsub/x -> PACKAGE/x; kernels/x -> PACKAGE/kernels/x
+                member.name = member.name.removeprefix("qrsub/") if name == "qrsub" else member.name
+                if member.name and member.name != "qrsub":
+                    tar.extract(member, package, filter="data")
+
+
+def build_at(commit: str, variant: str, out: Path) -> int:
+    """The exit status of COMMIT's `qrsub build` of VARIANT (a repository path) into OUT."""
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        export(commit, root)
-        source = root / variant
+        package = Path(tmp) / "qrsub"
+        export(commit, package)
+        source = package / variant
         if not source.is_file():
             raise SystemExit(f"build_at: {commit} has no {variant}")
-        template = root / "templates" / default_template().name
-        build_submission(source, out, kernels_dir=root / "kernels", template=template)
-    print(f"wrote {out} ({variant} as of {commit})")
+        # From TMP, `python -m qrsub` imports the exported package before any installed one.
+        done = subprocess.run([sys.executable, "-m", "qrsub", "build", str(source), "-o", str(out.resolve())],
+                              cwd=tmp)
+    if done.returncode == 0:
+        print(f"build_at: {out} is {variant} as of {commit}")
+    return done.returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,12 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the variant's path in the repository (default: variants/champion.yaml)")
     parser.add_argument("-o", "--out", type=Path, required=True, help="the submission file to write")
     args = parser.parse_args(argv)
-    try:
-        build_at(args.commit, args.variant, args.out)
-    except BuildError as exc:
-        print(f"build_at: {args.variant} as of {args.commit}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return build_at(args.commit, args.variant, args.out)
 
 
 if __name__ == "__main__":
