@@ -61,7 +61,7 @@ def build_at(commit: str, variant: str, out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("commit", help="any git revision: a hash, HEAD~2, a tag")
     parser.add_argument("variant", nargs="?", default="variants/champion.yaml",
                         help="the variant's path in the repository (default: variants/champion.yaml)")

@@ -68,7 +68,7 @@ def compare(a, b, x: torch.Tensor) -> tuple[bool, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("a", help="a variants/*.yaml file or a built submission .py")
     parser.add_argument("b", help="the other build")
     parser.add_argument("inputs", nargs="*", type=parse_input,
