@@ -250,6 +250,11 @@ class StripKnobs:
     num_warps: int = knob(2, Pow2(1, 16), "strip num_warps")
     split_rows: int = knob(0, Pow2(16, 8192, zero_is_off=True), "rows per program when a strip's rows are "
                                                                "split over programs (taller strips only); 0: off")
+    rank_rows: int = knob(0, Pow2(16, 8192, zero_is_off=True), "rows per program of the rank update (rank_update: "
+                                                              "the next panel's pending update with fuse_next, "
+                                                              "the direct first far update); it needs no sum "
+                                                              "over rows, so each row split is a program of "
+                                                              "its own; 0: one program walks all the rows")
     halves: int = knob(1, IntRange(1, 2), "with fuse_next: 2 factors the batch as two halves, one half a step "
                                           "behind the other, so that each half's panel launch sits between the "
                                           "other half's strips; with settings.pdl a strip's programs start "
@@ -456,9 +461,10 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
                     f"allowed: a range that ends at {WARP_MAX_N} or below (a column a lane of one warp)"))
     out += graph_problems(driver, sections["graph"])
     panel, strip = sections["panel"], sections["strip"]
-    if not value_problems(strip) and strip.split_rows and strip.split_rows < strip.bm:
-        out.append((("strip", "split_rows"), f"got {strip.split_rows}; allowed: 0 or at least strip.bm "
-                    f"({strip.bm}): each split is a whole number of row tiles"))
+    for name in ("split_rows", "rank_rows"):
+        if not value_problems(strip) and 0 < getattr(strip, name) < strip.bm:
+            out.append((("strip", name), f"got {getattr(strip, name)}; allowed: 0 or at least strip.bm "
+                        f"({strip.bm}): each split is a whole number of row tiles"))
     if not value_problems(strip) and strip.fuse_next and (driver != "blocked" or strip.split_rows):
         out.append((("strip", "fuse_next"), f"got true with driver {driver} and strip.split_rows "
                     f"{strip.split_rows}; allowed: true with driver blocked and split_rows 0 (the fused "
@@ -528,6 +534,11 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
         if getattr(twolevel, name) and twolevel.first_far == "copy" and not value_problems(twolevel):
             out.append((("twolevel", name), f"got {getattr(twolevel, name)} with twolevel.first_far copy; allowed: "
                         "0, or a value with first_far direct or direct_rounded (it shapes that launch)"))
+    if (not value_problems(twolevel) and not value_problems(strip) and twolevel.first_far != "copy"
+            and 0 < strip.rank_rows < twolevel.first_far_bm):
+        out.append((("strip", "rank_rows"), f"got {strip.rank_rows} with twolevel.first_far_bm "
+                    f"{twolevel.first_far_bm}; allowed: 0 or at least first_far_bm (the direct first far "
+                    "update is a rank update on those row tiles)"))
     for name in ("gram_split_rows", "gram_columns"):
         if getattr(twolevel, name) and twolevel.gram == "cublas" and not value_problems(twolevel):
             out.append((("twolevel", name), f"got {getattr(twolevel, name)} with twolevel.gram cublas; allowed: 0, "

@@ -201,25 +201,32 @@ def fused_strip_kernel(
 @triton.jit
 def rank_update_kernel(
     src_ptr, dst_ptr, v_ptr, w_ptr, table_ptr,
-    n, L, ncols, c_off, v_row_off, v_col_off, v_ld, w_bs, w_ld,
+    n, L, ncols, c_off, v_row_off, v_col_off, v_ld, w_bs, w_ld, rows_per,
     BB: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NUM_STAGES: tl.constexpr, APPLY: tl.constexpr,
     SRC_SLOT: tl.constexpr, DST_SLOT: tl.constexpr, PDL: tl.constexpr, V_PARTS: tl.constexpr,
 ):
-    """Grid: (cdiv(ncols, BN), batch). Program (s, i) writes C - V W on columns [s*BN, (s+1)*BN)
-    of matrix i's block (rows [0, L), read from src_ptr, written to dst_ptr, as strip_program's),
-    W given: BB x ncols at w_ptr + i*w_bs, row stride w_ld. The last product of a cuBLAS far
-    update, where C and the result live in different tensors (A and H). src and dst move by the
-    relocation table's slots (relocate.py). V_PARTS: V as the panel's fp16x3 parts (load_v)."""
+    """Grid: (cdiv(ncols, BN), cdiv(L, rows_per), batch). Program (s, p, i) writes C - V W on
+    columns [s*BN, (s+1)*BN) and rows [p*rows_per, (p+1)*rows_per) of matrix i's block (rows
+    [0, L), read from src_ptr, written to dst_ptr, as strip_program's), W given: BB x ncols at
+    w_ptr + i*w_bs, row stride w_ld. W is whole, so a row split needs nothing from the others
+    (StripKnobs.rank_rows; rows_per = L: one program walks every row). The last product of a
+    cuBLAS far update, where C and the result live in different tensors (A and H). src and dst
+    move by the relocation table's slots (relocate.py). V_PARTS: V as the panel's fp16x3 parts
+    (load_v).
+    Invariants: rows_per is a multiple of BM or at least L, so each row keeps the tile (and
+    the bits) it has without a split."""
     wait_for_previous(PDL)
     src_ptr = moved(src_ptr, table_ptr, SRC_SLOT)
     dst_ptr = moved(dst_ptr, table_ptr, DST_SLOT)
     s = tl.program_id(0)
-    pid = tl.program_id(1).to(tl.int64)
+    r_lo = tl.program_id(1) * rows_per
+    pid = tl.program_id(2).to(tl.int64)
     cn = s * BN + tl.arange(0, BN)
     cb = tl.arange(0, BB)
     W = tl.load(w_ptr + pid * w_bs + cb[:, None] * w_ld + cn[None, :], mask=cn[None, :] < ncols, other=0.0)
     src, dst, vb = block_pointers(src_ptr, dst_ptr, v_ptr, pid, n, c_off, v_row_off, v_col_off, v_ld)
-    apply_rows(src, dst, vb, v_ld, n, 0, L, ncols, cn, W, BB, BM, NUM_STAGES, APPLY, V_PARTS)
+    apply_rows(src, dst, vb, v_ld, n, r_lo, tl.minimum(r_lo + rows_per, L), ncols, cn, W, BB, BM, NUM_STAGES, APPLY,
+               V_PARTS)
 
 
 @triton.jit
@@ -320,14 +327,17 @@ def rank_update(src, dst, V, W, row0, col0, *, strip, precision: str, v_row_off:
     (BB = W.shape[1], a power of two >= 16) and W batch x BB x ncols, columns contiguous:
     C is read from src and written to dst, no copy of it first. Tiles from `strip`
     (StripKnobs: bm, bn, num_stages, num_warps). v_parts: V holds the panel's fp16x3 parts
-    (StripKnobs.v_parts; precision fp16x3)."""
+    (StripKnobs.v_parts; precision fp16x3). StripKnobs.rank_rows splits the rows over programs."""
     n = dst.shape[1]
     ncols = n - col0 if ncols is None else ncols
     BN = strip_columns(strip, ncols)
-    grid = (triton.cdiv(ncols, BN), dst.shape[0])
+    L = n - row0
+    rows_per = strip.rank_rows if 0 < strip.rank_rows < L else L
+    grid = (triton.cdiv(ncols, BN), triton.cdiv(L, rows_per), dst.shape[0])
     table, slots = relocation_args(dst, SRC_SLOT=src, DST_SLOT=dst)
-    rank_update_kernel[grid](src, dst, V, W, table, n=n, L=n - row0, ncols=ncols, c_off=row0 * n + col0,
+    rank_update_kernel[grid](src, dst, V, W, table, n=n, L=L, ncols=ncols, c_off=row0 * n + col0,
                              v_row_off=v_row_off, v_col_off=0, v_ld=V.shape[2], w_bs=W.stride(0), w_ld=W.stride(1),
+                             rows_per=rows_per,
                              BB=W.shape[1], BM=strip.bm, BN=BN, NUM_STAGES=strip.num_stages, APPLY=precision,
                              V_PARTS=v_parts, **slots, num_warps=strip.num_warps, **pdl_launch())
 

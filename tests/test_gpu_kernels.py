@@ -557,3 +557,25 @@ def test_triton_tf32_rounds_like_cublas():
     cublas_err = (cublas.double() - exact).norm() / exact.norm()
     assert triton_err < 1.25 * cublas_err, f"Triton tf32 {triton_err:.3e} against cuBLAS tf32 {cublas_err:.3e}"
     assert triton_err > 1e-6, "a tf32 product is not fp32-exact: the tf32 path really ran"
+
+
+@pytest.mark.parametrize("precision,bm,rank_rows", [("fp16x3", 16, 128), ("tf32", 64, 256)])
+def test_rank_update_s_row_splits_give_the_same_bits_on_gpu(precision, bm, rank_rows):
+    """strip.rank_rows on compiled code and tensor cores (the CPU test's twin): the mid route's
+    pending update (fp16x3, bm 16) and the first far update (tf32, bm 64), split over rows,
+    to the one-program update's bits; 480 rows leave a partial last split."""
+    from qrsub.kernels.strip import rank_update
+
+    g = torch.Generator(device="cuda").manual_seed(4)
+    batch, n, K, row0, col0 = 8, 512, 32, 32, 64
+    A = torch.randn(batch, n, n, device="cuda", generator=g)
+    V = torch.randn(batch, n, K, device="cuda", generator=g) / K ** 0.5
+    W = torch.randn(batch, K, n - col0, device="cuda", generator=g)
+    outs = []
+    for rows in (0, rank_rows):
+        H = torch.zeros_like(A)
+        rank_update(A, H, V, W, row0, col0, precision=precision, v_row_off=row0,
+                    strip=plan.StripKnobs(bm=bm, bn=32, num_stages=3, num_warps=4, rank_rows=rows))
+        outs.append(H)
+    assert torch.equal(outs[0], outs[1])
+    assert outs[0][:, row0:, col0:].abs().sum() > 0 and not outs[0][:, :row0].any()

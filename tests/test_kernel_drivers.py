@@ -323,6 +323,23 @@ def test_a_direct_first_far_update_gives_the_copying_result(n, outer):
     assert harness_check(A, H_direct, tau_direct) < 0.5
 
 
+@pytest.mark.parametrize("driver,n,knobs", [
+    ("blocked", 1, dict(panel=dict(width=16), strip=dict(fuse_next=True), precision=FP16X3)),
+    ("blocked", 70, dict(panel=dict(width=16), strip=dict(fuse_next=True), precision=FP16X3)),
+    ("twolevel", 70, dict(panel=dict(width=16), strip=dict(bm=16, bn=16), twolevel=dict(outer=32, first_far="direct"))),
+])
+def test_rank_updates_split_over_rows_give_the_same_bits(driver, n, knobs):
+    """strip.rank_rows: the fused driver's pending updates and the direct first far update split
+    their rows over programs, each row on the tile it had: H and tau to the bit, on the special
+    matrices' zero and rank-deficient columns, one panel (n 1) and ragged last panels (n 70)."""
+    A = special_matrices(n, batch=2)
+    whole = DRIVERS[driver](A, route(driver=driver, **knobs))
+    split_knobs = {**knobs, "strip": {**knobs["strip"], "rank_rows": 16}}
+    split = DRIVERS[driver](A, route(driver=driver, **split_knobs))
+    assert torch.equal(whole[0], split[0]) and torch.equal(whole[1], split[1])
+    assert harness_check(A, *split) < 0.5
+
+
 def test_the_first_far_update_s_own_tiles_give_the_strip_tiles_result(monkeypatch):
     """twolevel.first_far_bm, _bn, _stages and _warps shape the direct first far update's launch
     alone (n = 70: a partial column tile at BN 32 too): the same factors as with the strip's

@@ -48,11 +48,13 @@ def test_rounded_tf32_rounds_a_whole_tensor_out_of_place_and_in_place():
     assert torch.equal(x.cpu(), expected)
 
 
+@pytest.mark.parametrize("rank_rows", [0, 16])
 @pytest.mark.parametrize("precision", ["fp32", "tf32_exact"])
 @pytest.mark.parametrize("n,row0,col0", [(40, 0, 16), (37, 5, 21), (50, 0, 32)])
-def test_rank_update_matches_reference(n, row0, col0, precision):
+def test_rank_update_matches_reference(n, row0, col0, precision, rank_rows):
     """C - Y W read from src and written to dst, the rest of dst untouched (a partial column tile
-    at n = 37; on the CPU tf32 is fp32, so both precisions give the fp32 product)."""
+    at n = 37; on the CPU tf32 is fp32, so both precisions give the fp32 product). rank_rows 16:
+    the rows split over 2-4 programs, the last one partial (32, 40 and 50 rows)."""
     g = torch.Generator().manual_seed(n)
     batch, BB = 2, 16
     src = torch.randn(batch, n, n, generator=g)
@@ -61,12 +63,31 @@ def test_rank_update_matches_reference(n, row0, col0, precision):
     dst = torch.full_like(src, float("nan"))
     src, V, W, dst = src.to(DEVICE), V.to(DEVICE), W.to(DEVICE), dst.to(DEVICE)
     before = src.clone()
-    rank_update(src, dst, V, W, row0, col0, strip=plan.StripKnobs(bm=16, bn=16, num_stages=2, num_warps=4),
-                precision=precision, v_row_off=row0)
+    rank_update(src, dst, V, W, row0, col0, precision=precision, v_row_off=row0,
+                strip=plan.StripKnobs(bm=16, bn=16, num_stages=2, num_warps=4, rank_rows=rank_rows))
     expected = rank_update_ref(src[:, row0:, col0:].cpu(), V[:, row0:].cpu(), W.cpu())
     torch.testing.assert_close(dst[:, row0:, col0:].double().cpu(), expected, atol=1e-4, rtol=1e-4)
     assert torch.isnan(dst[:, :row0]).all() and torch.isnan(dst[:, :, :col0]).all(), "only its block is written"
     assert torch.equal(src, before), "src is read only"
+
+
+def test_rank_update_s_row_splits_give_the_same_bits():
+    """strip.rank_rows moves rows between programs, never between row tiles: the result is the
+    one-program update's to the bit (fp16x3, whose three products a tile sums in one order), so
+    a variant that only splits keeps its accuracy figures. 70 rows by 32: a partial last split."""
+    g = torch.Generator().manual_seed(5)
+    batch, n, BB, col0 = 3, 70, 16, 16
+    src = torch.randn(batch, n, n, generator=g).to(DEVICE)
+    V = torch.randn(batch, n, BB, generator=g).to(DEVICE)
+    W = torch.randn(batch, BB, n - col0, generator=g).to(DEVICE)
+    outs = []
+    for rank_rows in (0, 32):
+        dst = torch.zeros_like(src)
+        rank_update(src, dst, V, W, 0, col0, precision="fp16x3", v_row_off=0,
+                    strip=plan.StripKnobs(bm=16, bn=32, num_stages=2, num_warps=4, rank_rows=rank_rows))
+        outs.append(dst)
+    assert torch.equal(outs[0], outs[1])
+    assert outs[0][:, :, col0:].abs().sum() > 0, "the update was written"
 
 
 @triton.jit
