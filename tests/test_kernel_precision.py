@@ -54,7 +54,7 @@ def test_rounded_tf32_rounds_a_whole_tensor_out_of_place_and_in_place():
 def test_rank_update_matches_reference(n, row0, col0, precision, rank_rows):
     """C - Y W read from src and written to dst, the rest of dst untouched (a partial column tile
     at n = 37; on the CPU tf32 is fp32, so both precisions give the fp32 product). rank_rows 16:
-    the rows split over 2-4 programs, the last one partial (32, 40 and 50 rows)."""
+    the rows split over 2-4 programs (32, 40 and 50 rows), the last one partial at 40 and 50."""
     g = torch.Generator().manual_seed(n)
     batch, BB = 2, 16
     src = torch.randn(batch, n, n, generator=g)
