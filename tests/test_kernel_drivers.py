@@ -234,27 +234,18 @@ def test_a_gram_on_tensor_cores_needs_the_block_t_kernel():
     route(driver="twolevel", twolevel=dict(gram="fp16x3", block_t="kernel"))
 
 
-def test_a_gram_split_over_rows_gives_the_unsplit_factors():
-    """twolevel.gram_split_rows 32 at n=70 (outer 32): the first block's 70 rows in three splits,
-    the second's 38 in two; the factors are the unsplit Gram's to rounding."""
+@pytest.mark.parametrize("knob,value", [("gram_split_rows", 32), ("gram_columns", 16)])
+def test_a_gram_split_or_chunked_gives_the_whole_gram_s_factors(knob, value):
+    """At n=70 (outer 32, inner panels of 16): gram_split_rows 32 takes the first block's 70 rows
+    in three splits and the second's 38 in two; gram_columns 16 writes G in column chunks. Either
+    way the factors are the whole, unsplit Gram's, to rounding."""
     A = special_matrices(70, batch=3)
     two = dict(block_t="kernel", gram="fp16x3")
     H_ref, tau_ref = DRIVERS["twolevel"](A, route(driver="twolevel", twolevel=two))
-    H, tau = DRIVERS["twolevel"](A, route(driver="twolevel", twolevel={**two, "gram_split_rows": 32}))
+    H, tau = DRIVERS["twolevel"](A, route(driver="twolevel", twolevel={**two, knob: value}))
     torch.testing.assert_close(H, H_ref, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(tau, tau_ref, atol=1e-6, rtol=1e-5)
     assert harness_check(A, H, tau) < 0.5
-
-
-def test_a_gram_by_column_chunks_gives_the_whole_gram_s_factors():
-    """twolevel.gram_columns 16 at n=70 (outer 32, inner panels of 16): the factors are the whole
-    Gram's, to rounding."""
-    A = special_matrices(70, batch=3)
-    two = dict(block_t="kernel", gram="fp16x3")
-    H_ref, tau_ref = DRIVERS["twolevel"](A, route(driver="twolevel", twolevel=two))
-    H, tau = DRIVERS["twolevel"](A, route(driver="twolevel", twolevel={**two, "gram_columns": 16}))
-    torch.testing.assert_close(H, H_ref, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(tau, tau_ref, atol=1e-6, rtol=1e-5)
 
 
 def test_gram_splits_and_chunks_need_the_triton_gram():
