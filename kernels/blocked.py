@@ -24,7 +24,7 @@ import torch
 from .capture import capture_point
 from .coop import coop_panel
 from .panel import Pending, householder_panel, padded_width
-from .plan import FIRST_FAR_TILE
+from .plan import FIRST_FAR_TILE, TRITON_TCONTRACTS
 from .precision import rounded_tf32
 from .scratch import scratch, scratch_scope
 from .strip import fused_strip, rank_update, trailing_strip
@@ -214,8 +214,9 @@ def far_update_cublas(src, H, Vb, Tb, J, ob, route):
     large_tf32 = twolevel.far_precision == "tf32"
     with matmul_tf32(large_tf32):
         W = torch.bmm(Y.transpose(1, 2), C)
-    if twolevel.far_tcontract == "tf32x3":
-        W = t_product(Tb, W, "tf32x3")
+    if twolevel.far_tcontract in TRITON_TCONTRACTS:
+        W = t_product(Tb, W, twolevel.far_tcontract, twolevel.tproduct_bn, twolevel.tproduct_bk,
+                      twolevel.tproduct_warps)
     else:
         with matmul_tf32(large_tf32 and twolevel.far_tcontract == "tf32"):
             W = torch.bmm(Tb.transpose(1, 2), W)

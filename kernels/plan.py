@@ -71,8 +71,9 @@ ZERO_FILLS = ("launch", "gram")
 FIRST_FAR_TILE = {"first_far_bm": "bm", "first_far_bn": "bn", "first_far_stages": "num_stages",
                   "first_far_warps": "num_warps"}
 # TwoLevelKnobs.far_tcontract (blocked.py, tproduct.py): the far update's T product by cuBLAS in
-# tf32 or fp32, or by tproduct.t_product_kernel on tensor cores in tf32x3.
-FAR_TCONTRACTS = ("tf32", "fp32", "tf32x3")
+# tf32 or fp32, or by tproduct.t_product_kernel on tensor cores in one of TRITON_TCONTRACTS.
+TRITON_TCONTRACTS = ("tf32x3", "fp16x3")
+FAR_TCONTRACTS = ("tf32", "fp32") + TRITON_TCONTRACTS
 # CUDA graph policies (graphs.py). `concurrent` is opt-in and never a default: its batch
 # groups run as concurrent branches of one graph, which is work on more than one hardware
 # queue, and the service warns that such work may disqualify a submission (whatever the
@@ -293,7 +294,15 @@ class TwoLevelKnobs:
     far_tcontract: str = knob("tf32", OneOf(FAR_TCONTRACTS), "with far_precision tf32, the precision of the "
                                                              "far update's small T product: tf32 or fp32 "
                                                              "(the margin, at about 6% of its flops) by "
-                                                             "cuBLAS, or tf32x3 by a Triton kernel")
+                                                             "cuBLAS, or tf32x3 or fp16x3 by a Triton kernel")
+    # The Triton T product's tiles (tproduct.t_product_kernel): T^T W is OB x OB by OB x ncols, a
+    # program per tproduct_bn columns of a matrix, its OB rows in one accumulator.
+    tproduct_bn: int = knob(64, Pow2(16, 256), "with far_tcontract tf32x3 or fp16x3: columns of T^T W a "
+                                               "program of the T product writes")
+    tproduct_bk: int = knob(32, Pow2(16, 128), "with far_tcontract tf32x3 or fp16x3: rows of T (and of W) a "
+                                               "step of the T product's inner loop takes")
+    tproduct_warps: int = knob(4, Pow2(1, 16), "with far_tcontract tf32x3 or fp16x3: warps a program of the "
+                                               "T product")
     first_far: str = knob("copy", OneOf(FIRST_FAR), "with far_update cublas, the first block's last product "
                                                   "(read from A, written to H): copy (A's far columns copied "
                                                   "into H, then cuBLAS in place), direct (one Triton launch, "
@@ -515,8 +524,12 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
         return out
     if twolevel.far_tcontract != "tf32" and twolevel.far_precision != "tf32" and not value_problems(twolevel):
         out.append((("twolevel", "far_tcontract"), f"got {twolevel.far_tcontract} with twolevel.far_precision "
-                    f"{twolevel.far_precision}; allowed: tf32 (the default), or fp32 or tf32x3 with "
-                    "far_precision tf32 (an fp32 far update is fp32 throughout)"))
+                    f"{twolevel.far_precision}; allowed: tf32 (the default), or {' or '.join(FAR_TCONTRACTS[1:])} "
+                    "with far_precision tf32 (an fp32 far update is fp32 throughout)"))
+    if (twolevel.far_tcontract in TRITON_TCONTRACTS and outer_ok and not value_problems(twolevel)
+            and twolevel.tproduct_bk > twolevel.outer):
+        out.append((("twolevel", "tproduct_bk"), f"got {twolevel.tproduct_bk} with twolevel.outer {twolevel.outer}; "
+                    "allowed: at most outer (a step takes tproduct_bk of T's outer rows)"))
     if twolevel.far_update == "strip" and twolevel.far_precision != "fp32" and not value_problems(twolevel):
         out.append((("twolevel", "far_precision"), f"got {twolevel.far_precision} with twolevel.far_update "
                     "strip; allowed: fp32 (the default): the strip far update takes the route's precision "

@@ -4,10 +4,13 @@ A two-level block's far update is C - Y (T^T (Y^T C)). Its two large products ru
 tf32 through cuBLAS (TwoLevelKnobs.far_precision); the small one in the middle, T^T W
 with T the block's O x O factor, sets most of the accuracy margin at n = 1024
 (docs/perf-log.md). cuBLAS runs it in fp32 on the CUDA cores (`far_tcontract: fp32`);
-this kernel runs it on tensor cores in tf32x3 (`far_tcontract: tf32x3`). On the H200
+this kernel runs it on tensor cores in tf32x3 or fp16x3 (`far_tcontract`). On the H200
 it was 0.4-0.6% faster than cuBLAS's fp32 at 60x1024 (the champion's large route takes
 it) and 0.2-0.3% slower at 8x2048 and 2x4096; worst margin 8.4/20 against fp32's 8.2
-(docs/perf-log.md).
+(docs/perf-log.md). Its tiles are knobs (TwoLevelKnobs.tproduct_bn, _bk, _warps): at 60x1024
+its seven launches took 202 us on the H200 (twenty-third session), about four times what
+reading W and writing T^T W take at DRAM's rate, so how the work is cut may matter more
+than the products themselves.
 """
 import torch
 import triton
@@ -16,10 +19,6 @@ import triton.language as tl
 from .launch import pdl_launch, wait_for_previous
 from .precision import dot_prec
 from .scratch import scratch
-
-# Columns of W per program, and T's rows per step of the product's inner loop.
-T_PRODUCT_BN = 64
-T_PRODUCT_BK = 32
 
 
 @triton.jit
@@ -49,14 +48,16 @@ def t_product_kernel(t_ptr, w_ptr, out_ptr, ncols, t_bs, t_ld, w_bs, w_ld, o_bs,
     tl.store(out_ptr + pid * o_bs + rows[:, None] * o_ld + cn[None, :], acc, mask=cn[None, :] < ncols)
 
 
-def t_product(T: torch.Tensor, W: torch.Tensor, precision: str) -> torch.Tensor:
+def t_product(T: torch.Tensor, W: torch.Tensor, precision: str, bn: int = 64, bk: int = 32,
+              num_warps: int = 4) -> torch.Tensor:
     """T^T W for T: batch x ob x ob (any batch and row strides, unit column stride) and
     W: batch x ob x ncols (unit column stride), in `precision` (plan.PRECISIONS), into a
-    scratch buffer of W's shape."""
+    scratch buffer of W's shape. bn, bk, num_warps: TwoLevelKnobs.tproduct_bn, _bk, _warps
+    (bk at most ob)."""
     batch, ob, ncols = W.shape
     out = scratch("t_product", (batch, ob, ncols), W.dtype, W.device)
-    t_product_kernel[(triton.cdiv(ncols, T_PRODUCT_BN), batch)](
+    t_product_kernel[(triton.cdiv(ncols, bn), batch)](
         T, W, out, ncols, T.stride(0), T.stride(1), W.stride(0), W.stride(1), out.stride(0), out.stride(1),
-        OB=ob, BN=T_PRODUCT_BN, BK=T_PRODUCT_BK, PREC=precision, num_warps=4, **pdl_launch(),
+        OB=ob, BN=bn, BK=bk, PREC=precision, num_warps=num_warps, **pdl_launch(),
     )
     return out

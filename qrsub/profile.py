@@ -84,7 +84,7 @@ GROUPS: tuple[KernelGroup, ...] = (
     KernelGroup("Gram", "a two-level block's Y^T Y on tensor cores (kernels/wy.py, twolevel.gram)",
                 kernels=("gram_kernel",)),
     KernelGroup("T product", "the far update's T^T W on tensor cores (kernels/tproduct.py, "
-                "twolevel.far_tcontract: tf32x3)", kernels=("t_product_kernel",)),
+                "twolevel.far_tcontract: tf32x3 or fp16x3)", kernels=("t_product_kernel",)),
     KernelGroup("rank update", "C - Y W with W given (kernels/strip.py): the first block's far update from "
                 "A into H (twolevel.first_far: direct, direct_rounded; its tf32 operands rounded by "
                 "kernels/precision.py), or the next panel's columns before it is factored (strip.fuse_next)",

@@ -178,6 +178,9 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
          twolevel=dict(FAR_TF32, far_tcontract="fp32", first_far="direct_rounded")),
     case("2l-tf32x3t", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
          twolevel=dict(FAR_TF32, far_tcontract="tf32x3")),
+    # ... in fp16x3, on other tiles (twolevel.tproduct_bn, _bk, _warps)
+    case("2l-fp16x3t", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
+         twolevel=dict(FAR_TF32, far_tcontract="fp16x3", tproduct_bn=128, tproduct_bk=64, tproduct_warps=8)),
     case("coop256", "coop", 1600, panel=dict(width=32, num_warps=((None, 8),)), strip=dict(bm=64, bn=32),
          twolevel=dict(outer=256), coop=dict(programs=4, max_rows=512)),
     case("coop-split", "coop", 2100, panel=TALL16, strip=dict(bm=64, bn=32, split_rows=256), twolevel=FAR_TF32,

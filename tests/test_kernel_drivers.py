@@ -257,10 +257,11 @@ def test_gram_splits_and_chunks_need_the_triton_gram():
         route(driver="twolevel", twolevel=dict(block_t="kernel", gram="fp16x3", gram_split_rows=16))
 
 
-@pytest.mark.parametrize("far_tcontract,t_in_tf32", [("tf32", True), ("fp32", False), ("tf32x3", None)])
+@pytest.mark.parametrize("far_tcontract,t_in_tf32", [("tf32", True), ("fp32", False), ("tf32x3", None),
+                                                     ("fp16x3", None)])
 def test_far_update_runs_its_t_product_in_its_own_precision(monkeypatch, far_tcontract, t_in_tf32):
     """tf32 does not exist on the CPU, so this checks the wiring: which cuBLAS products see
-    allow_tf32, and that tf32x3 takes the T product off cuBLAS (t_in_tf32 None); the GPU
+    allow_tf32, and that tf32x3 and fp16x3 take the T product off cuBLAS (t_in_tf32 None); the GPU
     tests check the gate."""
     from qrsub.kernels import blocked
 
@@ -281,7 +282,7 @@ def test_far_update_runs_its_t_product_in_its_own_precision(monkeypatch, far_tco
     blocked.far_update_cublas(A, H, Y, Tb, 0, 32, knobs)
     assert seen == [((32, 40), True)] + ([] if t_in_tf32 is None else [((32, 32), t_in_tf32)])
     assert torch.backends.cuda.matmul.allow_tf32 == callers_choice, "the caller's setting comes back"
-    C = A[:, :, 32:].double()  # the CPU runs every product in fp32: all three give the fp32 result
+    C = A[:, :, 32:].double()  # the CPU runs every product in fp32 (fp16x3 to about 22 bits): all agree
     expected = C - Y.double() @ (Tb.double().transpose(1, 2) @ (Y.double().transpose(1, 2) @ C))
     torch.testing.assert_close(H[:, :, 32:].double(), expected, atol=1e-4, rtol=1e-4)
 
@@ -433,3 +434,9 @@ def test_a_strip_far_update_refuses_a_cublas_precision():
 def test_an_fp32_t_product_needs_a_tf32_far_update():
     with pytest.raises(ValueError, match="twolevel.far_tcontract: got fp32 with twolevel.far_precision fp32"):
         route(driver="twolevel", twolevel=dict(far_tcontract="fp32"))
+
+
+def test_a_t_product_step_fits_in_the_outer_block():
+    with pytest.raises(ValueError, match="twolevel.tproduct_bk: got 128 with twolevel.outer 64; allowed: at most outer"):
+        route(driver="twolevel", twolevel=dict(outer=64, far_precision="tf32", far_tcontract="fp16x3", tproduct_bk=128))
+    route(driver="twolevel", twolevel=dict(outer=64, far_precision="tf32", far_tcontract="fp16x3", tproduct_bk=64))

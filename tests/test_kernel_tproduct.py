@@ -33,6 +33,14 @@ def test_t_product_matches_torch(ob, ncols, precision):
     assert relative_error(T, W, out) < (1e-6 if precision == "fp32" else 1e-5)
 
 
+@pytest.mark.parametrize("bn,bk,num_warps", [(16, 16, 1), (32, 64, 2), (128, 32, 8)])
+def test_t_product_tiles_give_the_same_product(bn, bk, num_warps):
+    # TwoLevelKnobs.tproduct_bn, _bk, _warps: ncols 70 leaves a ragged last column tile at every bn.
+    T, W = upper_t_and_w(2, 64, 70, seed=1)
+    out = t_product(T, W, "fp16x3", bn, bk, num_warps)
+    assert relative_error(T, W, out) < 1e-5
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="tf32 needs a GPU")
 def test_t_product_in_tf32x3_is_close_to_fp32_on_the_gpu():

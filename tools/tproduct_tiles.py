@@ -1,0 +1,153 @@
+"""The far update's T product (T^T W) by tile and precision: every launch one call of a shape
+makes, timed as a CUDA graph, for each combination of the knobs twolevel.far_tcontract,
+tproduct_bn, tproduct_bk and tproduct_warps, beside cuBLAS (fp32 and tf32).
+
+A two-level call makes one T product per outer block with a far update: T is O x O and W is
+O x (n - J - O) for the block at column J. This tool captures those launches for one shape
+into a graph and replays it, so the host's launch cost drops out, as in a captured call.
+Each configuration is timed twice, the whole list forward and then reversed (drift shows as
+two different figures). The error column is the largest difference from float64 over the
+largest entry, on random upper-triangular T and random W (not the factorization's own
+values: the harness's checks decide accuracy, this column only flags a broken tile).
+
+    python tools/tproduct_tiles.py --shape 60x1024:128 --prec tf32x3,fp16x3 --bn 64,128 --warps 4,8
+
+A GPU tool: it refuses to run without CUDA.
+"""
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+from qrsub.kernels.naive import t_product_ref
+from qrsub.kernels.tproduct import t_product
+
+
+def shape_arg(text: str) -> tuple:
+    """'60x1024:128' -> (60, 1024, 128): batch x n, outer block O."""
+    try:
+        dims, outer = text.split(":")
+        batch, n = dims.split("x")
+        return int(batch), int(n), int(outer)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}; expected BATCHxN:OUTER, e.g. 60x1024:128") from None
+
+
+def int_list(text: str) -> list:
+    return [int(v) for v in text.split(",")]
+
+
+def operands(batch: int, n: int, outer: int, device="cuda") -> list:
+    """[(T, W)] of a call's far updates: T upper triangular with unit-ish diagonal, W random."""
+    g = torch.Generator(device=device).manual_seed(0)
+    out = []
+    for J in range(0, n - outer, outer):
+        T = torch.triu(torch.randn(batch, outer, outer, device=device, generator=g)) / outer ** 0.5
+        T.diagonal(dim1=1, dim2=2).add_(1.5)
+        out.append((T, torch.randn(batch, outer, n - J - outer, device=device, generator=g)))
+    return out
+
+
+def cublas(T, W, tf32: bool):
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        return torch.bmm(T.transpose(1, 2), W)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def graph_us(run, reps: int, inner: int = 20) -> float:
+    """Median over REPS of INNER replays of RUN captured as one graph, in us a replay."""
+    run()  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / inner)
+    return statistics.median(times)
+
+
+def graph_us_if_it_fits(product, pairs, reps: int):
+    """graph_us of one call's T products by PRODUCT, or None where its tiles do not fit the GPU's
+    shared memory (large tiles at outer 256, say): a grid point to report, not a failure."""
+    try:
+        return graph_us(lambda: [product(T, W) for T, W in pairs], reps)
+    except triton.runtime.errors.OutOfResources:
+        return None
+
+
+def worst_error(pairs, product) -> float:
+    worst = 0.0
+    for T, W in pairs:
+        ref = t_product_ref(T.cpu(), W.cpu())
+        out = product(T, W).double().cpu()
+        worst = max(worst, float((out - ref).abs().max() / ref.abs().max()))
+    return worst
+
+
+def configurations(precs: list, bns: list, bks: list, warps: list, outer: int) -> dict:
+    """{label: product(T, W)} for cuBLAS and every grid point whose step fits OUTER."""
+    configs = {"cublas fp32": lambda T, W: cublas(T, W, False), "cublas tf32": lambda T, W: cublas(T, W, True)}
+    for prec, bn, bk, nw in itertools.product(precs, bns, bks, warps):
+        if bk <= outer:
+            configs[f"{prec} bn {bn} bk {bk} warps {nw}"] = (
+                lambda T, W, p=prec, n=bn, k=bk, w=nw: t_product(T, W, p, n, k, w))
+    return configs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", type=shape_arg, action="append",
+                        help="BATCHxN:OUTER, repeatable (default: the champion's 60x1024:128, 8x2048:256, "
+                             "2x4096:256)")
+    parser.add_argument("--prec", default="tf32x3,fp16x3", help="far_tcontract values of the Triton kernel")
+    parser.add_argument("--bn", type=int_list, default=[64], help="tproduct_bn values")
+    parser.add_argument("--bk", type=int_list, default=[32], help="tproduct_bk values")
+    parser.add_argument("--warps", type=int_list, default=[4], help="tproduct_warps values")
+    parser.add_argument("--reps", type=int, default=15, help="timed loops of 20 replays a configuration and order")
+    parser.add_argument("--json", metavar="PATH", help="also write {shape: {configuration: [us fwd, us rev]}}")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("tproduct_tiles.py times GPU launches: run it on a machine with CUDA")
+    results = {}
+    for batch, n, outer in args.shape or [(60, 1024, 128), (8, 2048, 256), (2, 4096, 256)]:
+        pairs = operands(batch, n, outer)
+        usable = configurations(args.prec.split(","), args.bn, args.bk, args.warps, outer)
+        times = {label: [] for label in usable}
+        for order in (list(usable), list(usable)[::-1]):
+            for label in order:
+                if label in usable:
+                    timed = graph_us_if_it_fits(usable[label], pairs, args.reps)
+                    if timed is None:
+                        print(f"{batch}x{n}, outer {outer}: {label} needs more shared memory than the GPU has")
+                        del usable[label], times[label]
+                    else:
+                        times[label].append(timed)
+        base = statistics.mean(times["cublas fp32"])
+        print(f"\n{batch}x{n}, outer {outer}: {len(pairs)} T products a call")
+        print(f"{'configuration':36} {'us a call (fwd / rev)':>22} {'/ cublas fp32':>14} {'max rel error':>14}")
+        for label in sorted(usable, key=lambda k: statistics.mean(times[k])):
+            t = times[label]
+            print(f"{label:36} {t[0]:>10.1f} / {t[1]:<10.1f} {statistics.mean(t) / base:>14.3f} "
+                  f"{worst_error(pairs, usable[label]):>14.2e}", flush=True)
+        results[f"{batch}x{n}:{outer}"] = times
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
