@@ -395,8 +395,10 @@ def test_variations_differ_from_the_champion_only_where_they_say():
                                              "route large: graph.mode: inplace -> capture"]
     huge_outer = champion.route_for(2048, 8).twolevel.outer
     assert diff("champion-outer32-2048.yaml") == [f"route huge: twolevel.outer: {huge_outer} -> 32"]
-    assert diff("champion-tproduct.yaml") == [f"route {r}: twolevel.far_tcontract: fp32 -> tf32x3"
-                                              for r in ("huge", "giant")]
+    assert diff("champion-tf32t.yaml") == ["route large: twolevel.far_tcontract: fp16x3 -> tf32x3",
+                                           "route large: twolevel.tproduct_warps: 8 -> 4",
+                                           "route huge: twolevel.far_tcontract: fp16x3 -> fp32",
+                                           "route giant: twolevel.far_tcontract: fp16x3 -> fp32"]
     assert any("panel.num_warps" in line for line in diff("champion-warps-by-batch.yaml"))
     assert load_variant(VARIANTS / "b200.yaml").gpu == "B200"
     assert diff("champion-concurrent.yaml") == ["route mid: graph.mode: relocate -> concurrent",
