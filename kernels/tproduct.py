@@ -48,8 +48,7 @@ def t_product_kernel(t_ptr, w_ptr, out_ptr, ncols, t_bs, t_ld, w_bs, w_ld, o_bs,
     tl.store(out_ptr + pid * o_bs + rows[:, None] * o_ld + cn[None, :], acc, mask=cn[None, :] < ncols)
 
 
-def t_product(T: torch.Tensor, W: torch.Tensor, precision: str, bn: int = 64, bk: int = 32,
-              num_warps: int = 4) -> torch.Tensor:
+def t_product(T: torch.Tensor, W: torch.Tensor, precision: str, bn: int, bk: int, num_warps: int) -> torch.Tensor:
     """T^T W for T: batch x ob x ob (any batch and row strides, unit column stride) and
     W: batch x ob x ncols (unit column stride), in `precision` (plan.PRECISIONS), into a
     scratch buffer of W's shape. bn, bk, num_warps: TwoLevelKnobs.tproduct_bn, _bk, _warps

@@ -5,7 +5,11 @@ import torch
 from kernel_helpers import CPU_MODELED_PRECISIONS, DEVICE
 
 from qrsub.kernels.naive import t_product_ref
+from qrsub.kernels.plan import TwoLevelKnobs
 from qrsub.kernels.tproduct import t_product
+
+DEFAULT = TwoLevelKnobs()
+TILES = (DEFAULT.tproduct_bn, DEFAULT.tproduct_bk, DEFAULT.tproduct_warps)  # the knobs' defaults
 
 
 def upper_t_and_w(batch, ob, ncols, seed=0):
@@ -28,7 +32,7 @@ def relative_error(T, W, out):
 @pytest.mark.parametrize("precision", [p for p in CPU_MODELED_PRECISIONS if p in ("fp32", "fp16x3")])
 def test_t_product_matches_torch(ob, ncols, precision):
     T, W = upper_t_and_w(2, ob, ncols)
-    out = t_product(T, W, precision)
+    out = t_product(T, W, precision, *TILES)
     assert out.shape == W.shape
     assert relative_error(T, W, out) < (1e-6 if precision == "fp32" else 1e-5)
 
@@ -45,7 +49,7 @@ def test_t_product_tiles_give_the_same_product(bn, bk, num_warps):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="tf32 needs a GPU")
 def test_t_product_in_tf32x3_is_close_to_fp32_on_the_gpu():
     T, W = upper_t_and_w(3, 128, 300)
-    err_3 = relative_error(T, W, t_product(T, W, "tf32x3"))
-    err_1 = relative_error(T, W, t_product(T, W, "tf32").clone())
+    err_3 = relative_error(T, W, t_product(T, W, "tf32x3", *TILES))
+    err_1 = relative_error(T, W, t_product(T, W, "tf32", *TILES).clone())
     assert err_3 < 1e-5, err_3
     assert err_1 > 10 * err_3, "tf32x3 must recover what one tf32 pass loses"

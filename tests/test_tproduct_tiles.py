@@ -29,3 +29,9 @@ def test_every_configuration_computes_the_product():
     pairs = tproduct_tiles.operands(2, 100, 32, device="cpu")
     for label, product in configs.items():
         assert tproduct_tiles.worst_error(pairs, product) < 1e-5, label
+
+
+def test_the_default_shapes_are_the_champions_triton_t_products():
+    # The champion's large, huge and giant routes run the T product in Triton (fp16x3 since the
+    # twenty-ninth session), at outer 128, 256 and 256.
+    assert tproduct_tiles.champion_shapes() == [(60, 1024, 128), (8, 2048, 256), (2, 4096, 256)]

@@ -24,8 +24,13 @@ from pathlib import Path
 import torch
 import triton
 
+from qrsub.harness import cases_for, load_task
 from qrsub.kernels.naive import t_product_ref
+from qrsub.kernels.plan import TRITON_TCONTRACTS, TwoLevelKnobs
 from qrsub.kernels.tproduct import t_product
+from qrsub.variant import load_variant
+
+CHAMPION = Path(__file__).resolve().parent.parent / "variants" / "champion.yaml"
 
 
 def shape_arg(text: str) -> tuple:
@@ -36,6 +41,17 @@ def shape_arg(text: str) -> tuple:
         return int(batch), int(n), int(outer)
     except ValueError:
         raise argparse.ArgumentTypeError(f"got {text!r}; expected BATCHxN:OUTER, e.g. 60x1024:128") from None
+
+
+def champion_shapes() -> list:
+    """[(batch, n, outer)] of the benchmark cases the champion factors with a Triton T product."""
+    champion, shapes = load_variant(CHAMPION), []
+    for case in cases_for(load_task(), "benchmark"):
+        route = champion.route_for(case["n"], case["batch"])
+        shape = (case["batch"], case["n"], route.twolevel.outer)
+        if route.twolevel.far_tcontract in TRITON_TCONTRACTS and shape not in shapes:
+            shapes.append(shape)
+    return shapes
 
 
 def int_list(text: str) -> list:
@@ -112,19 +128,20 @@ def configurations(precs: list, bns: list, bks: list, warps: list, outer: int) -
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", type=shape_arg, action="append",
-                        help="BATCHxN:OUTER, repeatable (default: the champion's 60x1024:128, 8x2048:256, "
-                             "2x4096:256)")
-    parser.add_argument("--prec", default="tf32x3,fp16x3", help="far_tcontract values of the Triton kernel")
-    parser.add_argument("--bn", type=int_list, default=[64], help="tproduct_bn values")
-    parser.add_argument("--bk", type=int_list, default=[32], help="tproduct_bk values")
-    parser.add_argument("--warps", type=int_list, default=[4], help="tproduct_warps values")
+                        help="BATCHxN:OUTER, repeatable (default: each benchmark shape whose route in "
+                             "variants/champion.yaml has a Triton T product, at its outer block)")
+    parser.add_argument("--prec", default=",".join(TRITON_TCONTRACTS), help="far_tcontract values of the Triton kernel")
+    knobs = TwoLevelKnobs()
+    parser.add_argument("--bn", type=int_list, default=[knobs.tproduct_bn], help="tproduct_bn values")
+    parser.add_argument("--bk", type=int_list, default=[knobs.tproduct_bk], help="tproduct_bk values")
+    parser.add_argument("--warps", type=int_list, default=[knobs.tproduct_warps], help="tproduct_warps values")
     parser.add_argument("--reps", type=int, default=15, help="timed loops of 20 replays a configuration and order")
     parser.add_argument("--json", metavar="PATH", help="also write {shape: {configuration: [us fwd, us rev]}}")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("tproduct_tiles.py times GPU launches: run it on a machine with CUDA")
     results = {}
-    for batch, n, outer in args.shape or [(60, 1024, 128), (8, 2048, 256), (2, 4096, 256)]:
+    for batch, n, outer in args.shape or champion_shapes():
         pairs = operands(batch, n, outer)
         usable = configurations(args.prec.split(","), args.bn, args.bk, args.warps, outer)
         times = {label: [] for label in usable}
