@@ -526,7 +526,7 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
         out.append((("twolevel", "far_tcontract"), f"got {twolevel.far_tcontract} with twolevel.far_precision "
                     f"{twolevel.far_precision}; allowed: tf32 (the default), or {' or '.join(FAR_TCONTRACTS[1:])} "
                     "with far_precision tf32 (an fp32 far update is fp32 throughout)"))
-    if (twolevel.far_tcontract in TRITON_TCONTRACTS and outer_ok and not value_problems(twolevel)
+    if (twolevel.far_tcontract in TRITON_TCONTRACTS and not value_problems(twolevel)
             and twolevel.tproduct_bk > twolevel.outer):
         out.append((("twolevel", "tproduct_bk"), f"got {twolevel.tproduct_bk} with twolevel.outer {twolevel.outer}; "
                     "allowed: at most outer (a step takes tproduct_bk of T's outer rows)"))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from gpu_timing import median_us
 from qrsub.kernels import panel as built_panel
 from qrsub.kernels import plan as built_plan
 
@@ -53,21 +54,6 @@ def without_t():
                                                                                               "False, APPROX")))
     sys.path.insert(0, str(copy.parent))
     return importlib.import_module("kernels_without_t.panel"), importlib.import_module("kernels_without_t.plan")
-
-
-def median_us(launch, reps: int, inner: int = 10) -> float:
-    launch()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            launch()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / inner)
-    return statistics.median(times)
 
 
 def main():

@@ -24,7 +24,9 @@ from pathlib import Path
 import torch
 import triton
 
+from gpu_timing import median_us
 from qrsub.harness import cases_for, load_task
+from qrsub.kernels.blocked import matmul_tf32
 from qrsub.kernels.naive import t_product_ref
 from qrsub.kernels.plan import TRITON_TCONTRACTS, TwoLevelKnobs
 from qrsub.kernels.tproduct import t_product
@@ -70,31 +72,18 @@ def operands(batch: int, n: int, outer: int, device="cuda") -> list:
 
 
 def cublas(T, W, tf32: bool):
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    try:
+    with matmul_tf32(tf32):
         return torch.bmm(T.transpose(1, 2), W)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def graph_us(run, reps: int, inner: int = 20) -> float:
-    """Median over REPS of INNER replays of RUN captured as one graph, in us a replay."""
+    """gpu_timing.median_us of INNER replays of RUN captured as one graph, in us a replay."""
     run()  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         run()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / inner)
-    return statistics.median(times)
+    return median_us(graph.replay, reps, inner)
 
 
 def graph_us_if_it_fits(product, pairs, reps: int):
