@@ -24,7 +24,7 @@ import torch
 from .capture import capture_point
 from .coop import coop_panel
 from .panel import Pending, householder_panel, padded_width
-from .plan import FIRST_FAR_TILE, TRITON_TCONTRACTS
+from .plan import FAR_STRIP_TILE, FIRST_FAR_TILE, TRITON_TCONTRACTS, PrecisionKnobs
 from .precision import rounded_tf32
 from .scratch import scratch, scratch_scope
 from .strip import fused_strip, rank_update, trailing_strip
@@ -198,8 +198,8 @@ def far_update(src, H, Vb, Tb, J, ob, route):
     """H[:, J:, J+ob:] = src[:, J:, J+ob:] - Y (Tb^T (Y^T C)) with Y = Vb[:, J:, :ob]: one wide block
     reflector, as route.twolevel.far_update says."""
     if route.twolevel.far_update == "strip":
-        trailing_strip(src, H, Vb, Tb, J, J + ob, H.shape[1] - J - ob, strip=route.strip,
-                       precision=route.precision, v_row_off=J)
+        trailing_strip(src, H, Vb, Tb, J, J + ob, H.shape[1] - J - ob, strip=knob_tiles(route, FAR_STRIP_TILE),
+                       precision=far_strip_precision(route.twolevel), v_row_off=J)
     else:
         far_update_cublas(src, H, Vb, Tb, J, ob, route)
 
@@ -242,14 +242,21 @@ def first_direct(src, H, Vb, W, J, ob, route):
         V = rounded_tf32(Vb, scratch("Y_tf32", tuple(Vb.shape), Vb.dtype, Vb.device))
         rounded_tf32(W, W)
         precision = "tf32_exact"
-    rank_update(src, H, V, W, J, J + ob, strip=first_far_tiles(route), precision=precision, v_row_off=J)
+    rank_update(src, H, V, W, J, J + ob, strip=knob_tiles(route, FIRST_FAR_TILE), precision=precision, v_row_off=J)
 
 
-def first_far_tiles(route):
-    """The route's StripKnobs with the direct first far update's own tiles (TwoLevelKnobs
-    first_far_bm, _bn, _stages, _warps) where they are set."""
-    tiles = {field: getattr(route.twolevel, name) for name, field in FIRST_FAR_TILE.items()}
+def knob_tiles(route, tile_knobs: dict):
+    """The route's StripKnobs with the TwoLevelKnobs of tile_knobs ({twolevel knob: StripKnobs
+    field}, plan.FIRST_FAR_TILE or FAR_STRIP_TILE) in place of their fields where they are set."""
+    tiles = {field: getattr(route.twolevel, name) for name, field in tile_knobs.items()}
     return dataclasses.replace(route.strip, **{field: value for field, value in tiles.items() if value})
+
+
+def far_strip_precision(twolevel):
+    """The strip far update's PrecisionKnobs: far_precision for V^T C and C - V W, far_tcontract for
+    T^T W (fp32 where far_precision is: an fp32 far update is fp32 throughout, as cuBLAS's is)."""
+    tcontract = "fp32" if twolevel.far_precision == "fp32" else twolevel.far_tcontract
+    return PrecisionKnobs(project=twolevel.far_precision, tcontract=tcontract, apply=twolevel.far_precision)
 
 
 def one_program_panel(route):

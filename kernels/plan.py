@@ -56,6 +56,10 @@ GRAM_BM = 32
 # TwoLevelKnobs.far_update (blocked.py): the columns right of a block through cuBLAS's three
 # batched GEMMs, or through the fused strip kernel with BB = the outer block.
 FAR_UPDATES = ("cublas", "strip")
+# TwoLevelKnobs.far_precision: the far update's two large products. cuBLAS takes the first two;
+# the strip far update takes any, as a dot_prec name (precision.py).
+CUBLAS_FAR_PRECISIONS = ("fp32", "tf32")
+FAR_PRECISIONS = CUBLAS_FAR_PRECISIONS + ("tf32x3", "fp16x3")
 # TwoLevelKnobs.first_far (blocked.py): the first block's cuBLAS far update reads A and writes
 # H, so torch first copies A's far columns into H (one strided copy); or the last of its three
 # products, C - Y W, is one Triton launch that reads A and writes H (strip.rank_update), its
@@ -70,6 +74,9 @@ ZERO_FILLS = ("launch", "gram")
 # TwoLevelKnobs' tiles of the direct first far update, each the StripKnobs field it stands in for.
 FIRST_FAR_TILE = {"first_far_bm": "bm", "first_far_bn": "bn", "first_far_stages": "num_stages",
                   "first_far_warps": "num_warps"}
+# TwoLevelKnobs' tiles of the strip far update, each the StripKnobs field it stands in for.
+FAR_STRIP_TILE = {"far_bm": "bm", "far_bn": "bn", "far_stages": "num_stages", "far_warps": "num_warps",
+                  "far_split_rows": "split_rows"}
 # TwoLevelKnobs.far_tcontract (blocked.py, tproduct.py): the far update's T product by cuBLAS in
 # tf32 or fp32, or by tproduct.t_product_kernel on tensor cores in one of TRITON_TCONTRACTS.
 TRITON_TCONTRACTS = ("tf32x3", "fp16x3")
@@ -290,11 +297,14 @@ class PrecisionKnobs:
 class TwoLevelKnobs:
     outer: int = knob(128, Pow2(32, 512), "two-level outer block O (a multiple of panel.width)")
     # fp32 by default: tf32 in the far update was measured safe only at n >= 1024.
-    far_precision: str = knob("fp32", OneOf(("fp32", "tf32")), "precision of the cuBLAS far update")
-    far_tcontract: str = knob("tf32", OneOf(FAR_TCONTRACTS), "with far_precision tf32, the precision of the "
-                                                             "far update's small T product: tf32 or fp32 "
+    far_precision: str = knob("fp32", OneOf(FAR_PRECISIONS), "precision of the far update's two large "
+                                                             "products: fp32 or tf32 (cuBLAS, or the strip), "
+                                                             "tf32x3 or fp16x3 (far_update strip only)")
+    far_tcontract: str = knob("tf32", OneOf(FAR_TCONTRACTS), "with far_precision other than fp32, the precision "
+                                                             "of the far update's small T product: tf32 or fp32 "
                                                              "(the margin, at about 6% of its flops) by "
-                                                             "cuBLAS, or tf32x3 or fp16x3 by a Triton kernel")
+                                                             "cuBLAS, or tf32x3 or fp16x3 by a Triton kernel "
+                                                             "(with far_update strip: inside the strip's launch)")
     # The Triton T product's tiles (tproduct.t_product_kernel): T^T W is OB x OB by OB x ncols, a
     # program per tproduct_bn columns of a matrix, its OB rows in one accumulator.
     tproduct_bn: int = knob(64, Pow2(16, 256), "with far_tcontract tf32x3 or fp16x3: columns of T^T W a "
@@ -321,9 +331,24 @@ class TwoLevelKnobs:
     first_far_warps: int = knob(0, Pow2(1, 16, zero_is_off=True), "with first_far direct or direct_rounded: warps "
                                                                   "a program of its launch (0: strip.num_warps)")
     far_update: str = knob("cublas", OneOf(FAR_UPDATES), "the far update: cublas (three batched GEMMs, "
-                                                         "far_precision) or strip (the fused strip kernel with "
-                                                         "BB = outer, the route's strip and precision knobs: C "
-                                                         "read and written once)")
+                                                         "far_precision) or strip (one launch of the fused strip "
+                                                         "kernel with BB = outer: C read from A or H and written "
+                                                         "once, far_precision and far_tcontract its products, "
+                                                         "the far_ tiles its tiles)")
+    # The strip far update's tiles (strip.trailing_strip with BB = outer): the in-block strips' are
+    # shaped for BB = panel.width, and each program re-reads all of Y for its BN columns, so a
+    # wider BN reads Y fewer times. 0: the route's strip knob.
+    far_bm: int = knob(0, Pow2(16, 256, zero_is_off=True), "with far_update strip: rows a step of its row loops "
+                                                           "(0: strip.bm)")
+    far_bn: int = knob(0, Pow2(16, 256, zero_is_off=True), "with far_update strip: columns a program (0: strip.bn)")
+    far_stages: int = knob(0, IntRange(0, 6), "with far_update strip: pipeline stages of its row loops "
+                                              "(0: strip.num_stages)")
+    far_warps: int = knob(0, Pow2(1, 16, zero_is_off=True), "with far_update strip: warps a program "
+                                                            "(0: strip.num_warps)")
+    far_split_rows: int = knob(0, Pow2(16, 8192, zero_is_off=True), "with far_update strip: rows a program "
+                                                                    "projects when the block's rows are split "
+                                                                    "over programs (0: strip.split_rows; a "
+                                                                    "value above n: no split)")
     block_t: str = knob("merge", OneOf(BLOCK_T), "how a block's T is built from its inner T: merge (torch "
                                                  "products, ~4 launches per inner panel) or kernel (one launch)")
     gram: str = knob("cublas", OneOf(GRAM), "the block's Gram product Y^T Y for block_t: kernel: cuBLAS in "
@@ -522,18 +547,26 @@ def route_problems(driver: str, sections: dict, n_range: tuple = (1, None)) -> l
     outer_ok = not any(name == "outer" for name, _ in value_problems(twolevel))
     if driver not in TWO_LEVEL_DRIVERS:
         return out
-    if twolevel.far_tcontract != "tf32" and twolevel.far_precision != "tf32" and not value_problems(twolevel):
+    if twolevel.far_tcontract != "tf32" and twolevel.far_precision == "fp32" and not value_problems(twolevel):
         out.append((("twolevel", "far_tcontract"), f"got {twolevel.far_tcontract} with twolevel.far_precision "
                     f"{twolevel.far_precision}; allowed: tf32 (the default), or {' or '.join(FAR_TCONTRACTS[1:])} "
-                    "with far_precision tf32 (an fp32 far update is fp32 throughout)"))
+                    "with another far_precision (an fp32 far update is fp32 throughout)"))
     if (twolevel.far_tcontract in TRITON_TCONTRACTS and not value_problems(twolevel)
             and twolevel.tproduct_bk > twolevel.outer):
         out.append((("twolevel", "tproduct_bk"), f"got {twolevel.tproduct_bk} with twolevel.outer {twolevel.outer}; "
                     "allowed: at most outer (a step takes tproduct_bk of T's outer rows)"))
-    if twolevel.far_update == "strip" and twolevel.far_precision != "fp32" and not value_problems(twolevel):
+    if (twolevel.far_update == "cublas" and twolevel.far_precision not in CUBLAS_FAR_PRECISIONS
+            and not value_problems(twolevel)):
         out.append((("twolevel", "far_precision"), f"got {twolevel.far_precision} with twolevel.far_update "
-                    "strip; allowed: fp32 (the default): the strip far update takes the route's precision "
-                    "knobs, far_precision is cuBLAS's"))
+                    f"cublas; allowed: {' or '.join(CUBLAS_FAR_PRECISIONS)}, or far_update strip (a Triton "
+                    "launch, which takes any of " + ", ".join(FAR_PRECISIONS) + ")"))
+    if twolevel.far_update == "strip" and twolevel.first_far != "copy" and not value_problems(twolevel):
+        out.append((("twolevel", "first_far"), f"got {twolevel.first_far} with twolevel.far_update strip; allowed: "
+                    "copy (the default): the strip far update reads A and writes H in its own launch"))
+    for name in FAR_STRIP_TILE:
+        if getattr(twolevel, name) and twolevel.far_update != "strip" and not value_problems(twolevel):
+            out.append((("twolevel", name), f"got {getattr(twolevel, name)} with twolevel.far_update "
+                        f"{twolevel.far_update}; allowed: 0, or a value with far_update strip (it shapes that launch)"))
     if twolevel.gram != "cublas" and twolevel.block_t != "kernel" and not value_problems(twolevel):
         out.append((("twolevel", "gram"), f"got {twolevel.gram} with twolevel.block_t {twolevel.block_t}; "
                     "allowed: cublas, or block_t kernel (the torch merge takes cuBLAS's product)"))

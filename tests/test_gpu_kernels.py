@@ -158,6 +158,14 @@ SLOTS4 = dict(programs=4, max_rows=512, exchange="slots")
          coop=dict(SLOTS4, programs=8, exchange="tsqr", broadcast="shuffle")),
     case("2l-farstrip", "twolevel", 520, panel=dict(width=16, row_tiles=2), strip=dict(bm=32, bn=64),
          twolevel=dict(outer=32, far_update="strip", block_t="kernel", gram="fp16x3")),
+    # the far update as one strip launch (far_update strip) on its own tiles and precisions, the
+    # first block from A: tf32 (rounded in the launch), and fp16x3 with split rows
+    case("2l-farstrip-tf32", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
+         twolevel=dict(FAR_TF32, far_update="strip", far_tcontract="fp16x3", far_bm=32, far_bn=64, far_stages=3,
+                       far_warps=8)),
+    case("2l-farstrip-fp16x3", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32),
+         twolevel=dict(outer=128, far_update="strip", far_precision="fp16x3", far_tcontract="fp16x3", far_bm=32,
+                       far_bn=64, far_warps=8, far_split_rows=512)),
     case("2l", "twolevel", 1100, panel=TALL16, strip=dict(bm=64, bn=32), twolevel=FAR_TF32),
     case("2l-gram", "twolevel", 1100, panel=dict(TALL16, row_tiles=2), strip=dict(bm=64, bn=32),
          twolevel=dict(FAR_TF32, block_t="kernel", gram="fp16x3")),

@@ -426,9 +426,73 @@ def test_rounding_tf32_operands_first_gives_the_same_first_far_update():
     # runs both through the gate at n = 1100.
 
 
-def test_a_strip_far_update_refuses_a_cublas_precision():
-    with pytest.raises(ValueError, match="twolevel.far_precision: got tf32 with twolevel.far_update strip;"):
-        route(driver="twolevel", twolevel=dict(far_update="strip", far_precision="tf32"))
+def test_a_cublas_far_update_refuses_a_split_precision():
+    with pytest.raises(ValueError, match="twolevel.far_precision: got fp16x3 with twolevel.far_update cublas;"):
+        route(driver="twolevel", twolevel=dict(far_precision="fp16x3"))
+    route(driver="twolevel", twolevel=dict(far_update="strip", far_precision="fp16x3"))
+
+
+def test_a_strip_far_update_has_no_direct_first_block():
+    with pytest.raises(ValueError, match="twolevel.first_far: got direct with twolevel.far_update strip;"):
+        route(driver="twolevel", twolevel=dict(far_update="strip", far_precision="tf32", first_far="direct"))
+
+
+def test_far_strip_tiles_need_the_strip_far_update():
+    with pytest.raises(ValueError, match="twolevel.far_bn: got 64 with twolevel.far_update cublas;"):
+        route(driver="twolevel", twolevel=dict(far_bn=64))
+
+
+def recorded_far_strips(monkeypatch, outer: int) -> list:
+    """Every trailing_strip call of the strip far update (its T outer wide, not panel.width) as
+    (StripKnobs, PrecisionKnobs), the calls going through as they were."""
+    from qrsub.kernels import blocked
+
+    seen, real = [], blocked.trailing_strip
+
+    def recording(src, dst, V, T, *args, strip, precision, **kwargs):
+        if T.shape[-1] == outer:
+            seen.append((strip, precision))
+        return real(src, dst, V, T, *args, strip=strip, precision=precision, **kwargs)
+
+    monkeypatch.setattr(blocked, "trailing_strip", recording)
+    return seen
+
+
+@pytest.mark.parametrize("far_precision", [p for p in plan.FAR_PRECISIONS if p in CPU_MODELED_PRECISIONS])
+def test_the_strip_far_update_runs_in_its_own_precision_and_tiles(monkeypatch, far_precision):
+    """far_update strip: far_precision for V^T C and C - V W, far_tcontract for T^T W (fp32 with an
+    fp32 far update), the far_ tiles in place of the route's strip tiles (far_split_rows 32 splits
+    the first block's 70 rows: the two-launch path), the in-block strips on the route's own.
+    n = 70: two far updates, the first from A (left as it was), a ragged last block. The CPU runs
+    the products the interpreter models (tf32's GPU twin: 2l-farstrip-tf32)."""
+    A = special_matrices(70, batch=2)
+    before = A.clone()
+    knobs = dict(driver="twolevel", panel=dict(width=16), strip=dict(bm=16, bn=16))
+    H, tau = DRIVERS["twolevel"](A, route(**knobs, twolevel=dict(outer=32)))
+    # an fp32 far update leaves far_tcontract at its default and runs T^T W in fp32 too
+    tcontract = "fp32" if far_precision == "fp32" else "fp16x3"
+    two = dict(outer=32, far_update="strip", far_precision=far_precision,
+               far_tcontract="tf32" if far_precision == "fp32" else tcontract,
+               far_bm=32, far_bn=32, far_stages=1, far_warps=2, far_split_rows=32)
+    seen = recorded_far_strips(monkeypatch, 32)
+    H_strip, tau_strip = DRIVERS["twolevel"](A, route(**knobs, twolevel=two))
+    assert torch.equal(A, before), "the first far update reads A and writes H"
+    assert len(seen) == 2
+    for tiles, precision in seen:
+        assert (tiles.bm, tiles.bn, tiles.num_stages, tiles.num_warps, tiles.split_rows) == (32, 32, 1, 2, 32)
+        assert precision == plan.PrecisionKnobs(project=far_precision, tcontract=tcontract, apply=far_precision)
+    torch.testing.assert_close(H_strip, H, atol=1e-4, rtol=1e-3)  # fp16x3: about 22 bits
+    torch.testing.assert_close(tau_strip, tau, atol=1e-4, rtol=1e-3)
+    assert harness_check(A, H_strip, tau_strip) < 0.5
+
+
+def test_unset_far_strip_tiles_are_the_route_s_strip_tiles(monkeypatch):
+    seen = recorded_far_strips(monkeypatch, 32)
+    strip = dict(bm=16, bn=16, num_stages=2, num_warps=4, split_rows=64)
+    DRIVERS["twolevel"](special_matrices(40, batch=1), route(driver="twolevel", panel=dict(width=16), strip=strip,
+                                                             twolevel=dict(outer=32, far_update="strip")))
+    assert [(s.bm, s.bn, s.num_stages, s.num_warps, s.split_rows) for s, _ in seen] == [(16, 16, 2, 4, 64)]
+    assert seen[0][1] == plan.PrecisionKnobs(project="fp32", tcontract="fp32", apply="fp32")
 
 
 def test_an_fp32_t_product_needs_a_tf32_far_update():

@@ -17,14 +17,12 @@ A GPU tool: it refuses to run without CUDA.
 import argparse
 import itertools
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
-import triton
 
-from gpu_timing import median_us
+from gpu_timing import graph_us_both_orders, print_table
 from qrsub.harness import cases_for, load_task
 from qrsub.kernels.blocked import matmul_tf32
 from qrsub.kernels.naive import t_product_ref
@@ -76,25 +74,6 @@ def cublas(T, W, tf32: bool):
         return torch.bmm(T.transpose(1, 2), W)
 
 
-def graph_us(run, reps: int, inner: int = 20) -> float:
-    """gpu_timing.median_us of INNER replays of RUN captured as one graph, in us a replay."""
-    run()  # compile outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    return median_us(graph.replay, reps, inner)
-
-
-def graph_us_if_it_fits(product, pairs, reps: int):
-    """graph_us of one call's T products by PRODUCT, or None where its tiles do not fit the GPU's
-    shared memory (large tiles at outer 256, say): a grid point to report, not a failure."""
-    try:
-        return graph_us(lambda: [product(T, W) for T, W in pairs], reps)
-    except triton.runtime.errors.OutOfResources:
-        return None
-
-
 def worst_error(pairs, product) -> float:
     worst = 0.0
     for T, W in pairs:
@@ -133,23 +112,10 @@ def main():
     for batch, n, outer in args.shape or champion_shapes():
         pairs = operands(batch, n, outer)
         usable = configurations(args.prec.split(","), args.bn, args.bk, args.warps, outer)
-        times = {label: [] for label in usable}
-        for order in (list(usable), list(usable)[::-1]):
-            for label in order:
-                if label in usable:
-                    timed = graph_us_if_it_fits(usable[label], pairs, args.reps)
-                    if timed is None:
-                        print(f"{batch}x{n}, outer {outer}: {label} needs more shared memory than the GPU has")
-                        del usable[label], times[label]
-                    else:
-                        times[label].append(timed)
-        base = statistics.mean(times["cublas fp32"])
-        print(f"\n{batch}x{n}, outer {outer}: {len(pairs)} T products a call")
-        print(f"{'configuration':36} {'us a call (fwd / rev)':>22} {'/ cublas fp32':>14} {'max rel error':>14}")
-        for label in sorted(usable, key=lambda k: statistics.mean(times[k])):
-            t = times[label]
-            print(f"{label:36} {t[0]:>10.1f} / {t[1]:<10.1f} {statistics.mean(t) / base:>14.3f} "
-                  f"{worst_error(pairs, usable[label]):>14.2e}", flush=True)
+        runs = {label: (lambda p=product: [p(T, W) for T, W in pairs]) for label, product in usable.items()}
+        times = graph_us_both_orders(runs, args.reps, f"{batch}x{n}, outer {outer}")
+        print_table(f"{batch}x{n}, outer {outer}: {len(pairs)} T products a call", times, "cublas fp32",
+                    lambda label: worst_error(pairs, usable[label]))
         results[f"{batch}x{n}:{outer}"] = times
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
