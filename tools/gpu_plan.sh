@@ -21,6 +21,8 @@
 #   bash tools/gpu_plan.sh seeds V [SEL]  # variant V over the 22 test cases (or SEL's), seeds unset and 1-5,
 #                                         # then (all 22 only) its profile (~8 min)
 #   bash tools/gpu_plan.sh profile V  # qrsub profile of variant V, every benchmark case (~2 min)
+#   bash tools/gpu_plan.sh far [ARGS]  # tools/far_update_cost.py ARGS (default: its grid on the
+#                                      # champion's two-level shapes), JSON to $OUT/far.json (~2-4 min)
 #   bash tools/gpu_plan.sh ranked V SEL  # the service's ranked run (test, benchmark, leaderboard stages)
 #                                        # of variant V on cases SEL, e.g. 0-5 then 6-11 (~5 min each)
 # Logs and JSON go under $OUT (the device tool's output folder), else ./gpu-results, with the
@@ -30,7 +32,7 @@
 # offline install does.
 set -u
 case "${1:-}" in
-check|table|coop|twins|means|decide) ;;
+check|table|coop|twins|means|decide|far) ;;
 bits) [ -n "${3:-}" ] || { echo "bits needs two builds: bash tools/gpu_plan.sh bits variants/champion.yaml variants/NAME.yaml" >&2; exit 2; } ;;
 seeds|profile) [ -n "${2:-}" ] || { echo "$1 needs a variant: bash tools/gpu_plan.sh $1 variants/NAME.yaml" >&2; exit 2; } ;;
 ncu) [ -n "${3:-}" ] || { echo "ncu needs a variant and a case: bash tools/gpu_plan.sh ncu variants/NAME.yaml 3" >&2; exit 2; } ;;
@@ -176,6 +178,12 @@ means|decide)
         python3 -m qrsub test --local "$v" --mode benchmark --cases 0,1,2,4,5,6 --timeout 150 \
             --json "$OUT/means-$(basename "$v" .yaml).json" 2>&1 | tee "$OUT/means-$(basename "$v" .yaml).txt" | tail -30
     done
+    ;;
+far)
+    # The tools import each other by name: run from tools/, the JSON path made absolute first.
+    shift
+    json="$(cd "$OUT" && pwd)/far.json"
+    (cd tools && timeout 400 python3 far_update_cost.py "$@" --json "$json") 2>&1 | tee "$OUT/far.txt" | tail -60
     ;;
 profile)
     timeout 200 python3 -m qrsub profile "$2" --json "$OUT/profile-$(basename "$2" .yaml).json" \
