@@ -26,7 +26,7 @@ import torch
 
 from gpu_timing import graph_us_both_orders, print_table
 from qrsub.kernels.blocked import far_update
-from qrsub.kernels.plan import FAR_PRECISIONS
+from qrsub.kernels.plan import FAR_PRECISIONS, FIRST_FAR_TILE
 from qrsub.variant import load_variant
 from tproduct_tiles import CHAMPION, champion_shapes, int_list
 
@@ -92,18 +92,17 @@ def configurations(route, precs, tcontract, bms, bns, warps, stages, splits) -> 
     for prec, bm, bn, nw, ns, split in itertools.product(precs, bms, bns, warps, stages, splits):
         twolevel = dataclasses.replace(route.twolevel, far_update="strip", far_precision=prec,
                                        far_tcontract="tf32" if prec == "fp32" else tcontract,
-                                       first_far="copy", first_far_bm=0, first_far_bn=0, first_far_stages=0,
-                                       first_far_warps=0, far_bm=bm, far_bn=bn, far_warps=nw, far_stages=ns,
-                                       far_split_rows=split)
+                                       first_far="copy", **dict.fromkeys(FIRST_FAR_TILE, 0), far_bm=bm, far_bn=bn,
+                                       far_warps=nw, far_stages=ns, far_split_rows=split)
         label = f"strip {prec} bm {bm} bn {bn} warps {nw} stages {ns}" + (f" split {split}" if split else "")
         configs[label] = dataclasses.replace(route, twolevel=twolevel)
     return configs
 
 
-def worst_error(A, blocks, route) -> float:
+def worst_error(A, blocks, route, ref) -> float:
+    """The largest difference of one_call's H by ROUTE from REF (reference's) over REF's largest entry."""
     H = A.clone()
     one_call(A, H, blocks, route)
-    ref = reference(A, blocks)
     return float((H.double() - ref).abs().max() / ref.abs().max())
 
 
@@ -139,8 +138,9 @@ def main():
         runs = {label: (lambda r=r: one_call(A, H, blocks, r)) for label, r in configs.items()}
         where = f"{batch}x{n} ({route.name}, outer {route.twolevel.outer})"
         times = graph_us_both_orders(runs, args.reps, where)
+        ref = reference(A, blocks)
         print_table(f"{where}: {len(blocks)} far updates a call", times, ROUTE_AS_IS,
-                    lambda label: worst_error(A, blocks, configs[label]), width=48)
+                    lambda label: worst_error(A, blocks, configs[label], ref), width=48)
         results[f"{batch}x{n}"] = times
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
